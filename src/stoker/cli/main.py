@@ -1,0 +1,369 @@
+"""The ``stoker`` command line: thin click commands over the library."""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import click
+
+from stoker.cli.progress import BarProgress
+from stoker.core.units import format_bytes
+from stoker.errors import StokerError, TransferError
+from stoker.storage import StorageOptions, open_store
+from stoker.storage.base import Store
+from stoker.storage.engine import IOEngine
+from stoker.storage.transfer import (
+    DEFAULT_WORKERS,
+    TransferConfig,
+    TransferReport,
+    download,
+    upload,
+)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """What the global options say, handed to every command."""
+
+    storage_options: StorageOptions
+    verbose: int
+
+
+def _fail(message: str) -> None:
+    click.echo(f"stoker: error: {message}", err=True)
+    sys.exit(1)
+
+
+def handle_errors(func: F) -> F:
+    """Turn stoker's (and the OS's) errors into one clear line and exit status 1."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except BrokenPipeError:
+            # The reader went away (`stoker ls ... | head`): stop quietly.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            sys.exit(1)
+        except TransferError as exc:
+            _fail(str(exc))
+        except (StokerError, OSError, ValueError) as exc:
+            _fail(str(exc) or type(exc).__name__)
+        return None
+
+    return wrapper  # type: ignore[return-value]  # functools.wraps keeps the signature
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option(
+    "--endpoint-url",
+    metavar="URL",
+    help="S3 endpoint of a non-AWS store (MinIO, SeaweedFS, IBM COS, R2). "
+    "Default: $AWS_ENDPOINT_URL_S3, $AWS_ENDPOINT_URL, the profile's endpoint_url, or AWS.",
+)
+@click.option(
+    "--region", metavar="NAME", help="Signing region. Default: $AWS_REGION or the profile's."
+)
+@click.option(
+    "--profile",
+    metavar="NAME",
+    help="Profile in ~/.aws/credentials and ~/.aws/config. Default: $AWS_PROFILE or 'default'.",
+)
+@click.option("--no-verify-ssl", is_flag=True, help="Do not verify TLS certificates.")
+@click.option("--anonymous", is_flag=True, help="Send unsigned requests (public buckets).")
+@click.option(
+    "--addressing-style",
+    type=click.Choice(["auto", "path", "virtual"]),
+    default="auto",
+    show_default=True,
+    help="Path-style (endpoint/bucket/key) or virtual-hosted (bucket.endpoint/key) URLs.",
+)
+@click.option("-v", "--verbose", count=True, help="Log more (-v info, -vv debug).")
+@click.version_option(package_name="stoker")
+@click.pass_context
+def cli(
+    ctx: click.Context,
+    endpoint_url: str | None,
+    region: str | None,
+    profile: str | None,
+    no_verify_ssl: bool,
+    anonymous: bool,
+    addressing_style: str,
+    verbose: int,
+) -> None:
+    """stoker: keep accelerators fed with training data that lives in object storage.
+
+    URLs are s3://BUCKET/PREFIX, gs://, az://, file:// or local paths. Credentials come from
+    the standard AWS variables and config files (AWS_ACCESS_KEY_ID, AWS_PROFILE, ...); they
+    are never printed.
+    """
+    if verbose:
+        logging.basicConfig(
+            level=logging.DEBUG if verbose > 1 else logging.INFO,
+            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        )
+    try:
+        options = StorageOptions(
+            endpoint_url=endpoint_url,
+            region=region,
+            profile=profile,
+            verify_ssl=not no_verify_ssl,
+            anonymous=anonymous,
+            addressing_style=addressing_style,  # type: ignore[arg-type]  # click.Choice checked it
+        )
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from exc
+    ctx.obj = Context(storage_options=options, verbose=verbose)
+
+
+def _open(ctx: Context, url: str, *, max_in_flight: int | None = None) -> Store:
+    engine = IOEngine(max_in_flight=max_in_flight) if max_in_flight else None
+    return open_store(url, storage_options=ctx.storage_options, engine=engine)
+
+
+@cli.command("ls")
+@click.argument("url")
+@click.option("-r", "--recursive", is_flag=True, help="List every object under URL.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON lines instead of a table.")
+@click.pass_obj
+@handle_errors
+def ls_command(ctx: Context, url: str, recursive: bool, as_json: bool) -> None:
+    """List objects and prefixes under URL.
+
+    Without --recursive, shows one level: sub-prefixes (PRE) and the objects directly
+    under URL. With --recursive, shows every object and a total.
+    """
+    store = _open(ctx, url)
+    if recursive:
+        count = total = 0
+        for meta in store.list(""):
+            count += 1
+            total += meta.size
+            if as_json:
+                click.echo(json.dumps(_meta_dict(meta)))
+            else:
+                click.echo(f"{_when(meta.last_modified)} {meta.size:>12} {meta.key}")
+        if not as_json:
+            click.echo(f"{count} objects, {format_bytes(total)}", err=True)
+        return
+    listing = store.list_dir("")
+    for prefix in listing.prefixes:
+        if as_json:
+            click.echo(json.dumps({"prefix": prefix + "/"}))
+        else:
+            click.echo(f"{'':19} {'PRE':>12} {prefix}/")
+    for meta in listing.objects:
+        if as_json:
+            click.echo(json.dumps(_meta_dict(meta)))
+        else:
+            click.echo(f"{_when(meta.last_modified)} {meta.size:>12} {meta.key}")
+
+
+def _when(moment: Any) -> str:
+    return moment.strftime("%Y-%m-%d %H:%M:%S") if moment is not None else " " * 19
+
+
+def _meta_dict(meta: Any) -> dict[str, Any]:
+    return {
+        "key": meta.key,
+        "size": meta.size,
+        "etag": meta.etag,
+        "last_modified": meta.last_modified.isoformat() if meta.last_modified else None,
+    }
+
+
+def transfer_options(func: F) -> F:
+    """The options download and upload share."""
+    options = [
+        click.option(
+            "-w",
+            "--workers",
+            type=click.IntRange(1, 4096),
+            default=DEFAULT_WORKERS,
+            show_default=True,
+            help="Files in flight at once (enough to hide a 20 ms round trip on small files).",
+        ),
+        click.option(
+            "--include",
+            multiple=True,
+            metavar="GLOB",
+            help="Only keys (relative paths) matching GLOB; repeatable.",
+        ),
+        click.option(
+            "--exclude", multiple=True, metavar="GLOB", help="Leave out matching keys; repeatable."
+        ),
+        click.option(
+            "--no-resume",
+            is_flag=True,
+            help="Transfer every file, even those already complete at the destination.",
+        ),
+        click.option(
+            "--no-verify",
+            is_flag=True,
+            help="Skip the MD5-against-ETag check of each transferred file.",
+        ),
+        click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON."),
+        click.option("--no-progress", is_flag=True, help="Do not show the progress bar."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def _config(
+    workers: int,
+    include: tuple[str, ...],
+    exclude: tuple[str, ...],
+    no_resume: bool,
+    no_verify: bool,
+) -> TransferConfig:
+    return TransferConfig(
+        workers=workers,
+        include=include,
+        exclude=exclude,
+        resume=not no_resume,
+        verify=not no_verify,
+    )
+
+
+def _summary(report: TransferReport, as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(report.to_dict(), indent=2))
+        return
+    verb = "Downloaded" if report.direction == "download" else "Uploaded"
+    click.echo(
+        f"{verb} {report.files_transferred} files ({format_bytes(report.bytes_transferred)}) "
+        f"in {report.seconds:.1f} s: {report.files_per_s:,.0f} files/s, "
+        f"{format_bytes(report.bytes_per_s)}/s; {report.files_skipped} already complete, "
+        f"{len(report.failures)} failed; retries: {report.requests.get('retries', 0)}."
+    )
+
+
+def _run_transfer(run: Callable[[], TransferReport], as_json: bool) -> None:
+    try:
+        report = run()
+    except TransferError as exc:
+        for key, reason in exc.failures:
+            click.echo(f"stoker: failed: {key}: {reason}", err=True)
+        _fail(f"{len(exc.failures)} files failed; rerun the same command to retry them")
+        return
+    _summary(report, as_json)
+
+
+@cli.command("download")
+@click.argument("src_url")
+@click.argument("dst_dir", type=click.Path(file_okay=False))
+@transfer_options
+@click.pass_obj
+@handle_errors
+def download_command(
+    ctx: Context,
+    src_url: str,
+    dst_dir: str,
+    workers: int,
+    include: tuple[str, ...],
+    exclude: tuple[str, ...],
+    no_resume: bool,
+    no_verify: bool,
+    as_json: bool,
+    no_progress: bool,
+) -> None:
+    """Download every object under SRC_URL into DST_DIR, in parallel.
+
+    Keys become paths relative to DST_DIR. A rerun skips files already complete (same size
+    and modification time, or MD5 equal to the ETag); partial files are written as
+    .NAME.stoker-partial and renamed only when complete. Exits 1 if any object failed,
+    naming each.
+    """
+    store = _open(ctx, src_url, max_in_flight=max(128, workers * 2))
+    config = _config(workers, include, exclude, no_resume, no_verify)
+    show = not no_progress and not as_json and sys.stderr.isatty()
+    with BarProgress("download", enabled=show) as bar:
+        _run_transfer(lambda: download(store, dst_dir, config=config, progress=bar), as_json)
+
+
+@cli.command("upload")
+@click.argument("src_dir", type=click.Path(exists=True, file_okay=False))
+@click.argument("dst_url")
+@transfer_options
+@click.pass_obj
+@handle_errors
+def upload_command(
+    ctx: Context,
+    src_dir: str,
+    dst_url: str,
+    workers: int,
+    include: tuple[str, ...],
+    exclude: tuple[str, ...],
+    no_resume: bool,
+    no_verify: bool,
+    as_json: bool,
+    no_progress: bool,
+) -> None:
+    """Upload every file under SRC_DIR to DST_URL, in parallel.
+
+    Relative paths become keys under DST_URL; large files go up as multipart uploads. A
+    rerun skips objects already there with the same size and ETag. Exits 1 if any file
+    failed, naming each.
+    """
+    store = _open(ctx, dst_url, max_in_flight=max(128, workers * 2))
+    config = _config(workers, include, exclude, no_resume, no_verify)
+    show = not no_progress and not as_json and sys.stderr.isatty()
+    with BarProgress("upload", enabled=show) as bar:
+        _run_transfer(lambda: upload(src_dir, store, config=config, progress=bar), as_json)
+
+
+@cli.command("demo")
+@click.option(
+    "--files",
+    type=click.IntRange(10, 100_000),
+    default=2000,
+    show_default=True,
+    help="How many JPEGs to generate.",
+)
+@click.option(
+    "--rtt-ms",
+    type=click.FloatRange(0, 1000),
+    default=20.0,
+    show_default=True,
+    help="Round trip the emulated cloud link adds to every request.",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(1, 4096),
+    default=DEFAULT_WORKERS,
+    show_default=True,
+    help="Parallel transfers.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+@handle_errors
+def demo_command(files: int, rtt_ms: float, workers: int, as_json: bool) -> None:
+    """Run the main job end to end on generated data; no credentials, no network.
+
+    Generates a folder of JPEGs in class folders, starts a SeaweedFS S3 server on loopback
+    behind a proxy that adds a cloud-like round trip, uploads the folder, downloads it back
+    one file at a time and in parallel, verifies every checksum, and prints the speed-up.
+    Needs SeaweedFS: pip install 'stoker[demo]'.
+    """
+    from stoker.demo import run_demo
+
+    result = run_demo(
+        files=files, rtt_s=rtt_ms / 1000, workers=workers, log=None if as_json else click.echo
+    )
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+
+
+def main() -> None:
+    """Entry point of the ``stoker`` script."""
+    cli(prog_name="stoker")

@@ -1,0 +1,43 @@
+"""The stoker exception tree.
+
+Every error stoker raises on purpose is a :class:`StokerError`. Where a builtin already says
+what went wrong, the error also derives from it, so ``except FileNotFoundError`` and
+``except PermissionError`` work as callers expect.
+"""
+
+from __future__ import annotations
+
+
+class StokerError(Exception):
+    """Base class of every error raised by stoker."""
+
+
+class StorageError(StokerError):
+    """An object-store request failed."""
+
+
+class ObjectNotFoundError(StorageError, FileNotFoundError):
+    """The object, bucket or local file does not exist."""
+
+
+class CredentialsError(StorageError, PermissionError):
+    """The store rejected the credentials (missing, wrong or without permission).
+
+    The message names where the credentials came from, never their values.
+    """
+
+
+class EndpointError(StorageError, ConnectionError):
+    """The store's endpoint could not be reached."""
+
+
+class RetriesExhaustedError(StorageError):
+    """A request kept failing with retryable errors until the retry budget ran out."""
+
+
+class TransferError(StokerError):
+    """Some objects of a download or upload failed; ``failures`` lists them."""
+
+    def __init__(self, message: str, failures: list[tuple[str, str]]) -> None:
+        super().__init__(message)
+        self.failures = failures

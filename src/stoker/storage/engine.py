@@ -1,0 +1,181 @@
+"""The process's async I/O engine: one event loop in a background thread.
+
+Every object-store request runs on this loop, so many requests are in flight at once while
+the callers stay synchronous. The number of requests in flight is bounded by
+``max_in_flight``; each request takes a slot with :meth:`IOEngine.slot`.
+
+Shutting down safely matters: obstore completes its futures from Rust threads, and closing the
+loop while one is still pending makes the interpreter abort (exit 134) or crash at exit.
+:meth:`IOEngine.close` therefore waits for every pending request first and leaves the loop
+unclosed if one is still running at the deadline. Every engine still open is closed at exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import logging
+import os
+import threading
+from collections.abc import Awaitable, Coroutine
+from concurrent.futures import Future
+from typing import Any, TypeVar
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+DEFAULT_MAX_IN_FLIGHT = 128
+
+
+class IOEngine:
+    """An asyncio event loop on a daemon thread that runs coroutines for sync callers.
+
+    Args:
+        max_in_flight: Most requests that may be in flight at once across all stores that
+            share this engine.
+        name: Thread name, for debuggers and ``py-spy``.
+    """
+
+    def __init__(
+        self, *, max_in_flight: int = DEFAULT_MAX_IN_FLIGHT, name: str = "stoker-io"
+    ) -> None:
+        if max_in_flight < 1:
+            raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
+        self.max_in_flight = max_in_flight
+        self._loop = asyncio.new_event_loop()
+        self._slots = asyncio.Semaphore(max_in_flight)
+        self._pending: set[asyncio.Future[Any]] = set()
+        self._closed = False
+        self._draining = False
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+        _live.add(self)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._loop.run_forever()
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The engine's event loop (runs on the engine thread)."""
+        return self._loop
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> Future[T]:
+        """Schedule ``coro`` on the engine and return a concurrent future for its result."""
+        if self._closed:
+            coro.close()
+            raise RuntimeError("the I/O engine is closed")
+        return asyncio.run_coroutine_threadsafe(coro, self._loop)
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` on the engine and block until it returns (or raises)."""
+        if threading.current_thread() is self._thread:
+            coro.close()
+            raise RuntimeError("IOEngine.run() called from the engine thread; await instead")
+        return self.submit(coro).result()
+
+    def slot(self) -> asyncio.Semaphore:
+        """The semaphore that bounds requests in flight; use ``async with engine.slot():``."""
+        return self._slots
+
+    async def track(self, awaitable: Awaitable[T]) -> T:
+        """Await a request made by native code, keeping it alive until it really completes.
+
+        If the awaiting task is cancelled, the native request goes on (it cannot be stopped
+        from Python) and :meth:`close` waits for it before the loop goes away.
+        """
+        if self._draining:
+            if asyncio.iscoroutine(awaitable):
+                awaitable.close()
+            raise asyncio.CancelledError("the I/O engine is shutting down")
+        future = asyncio.ensure_future(awaitable)
+        self._pending.add(future)
+        future.add_done_callback(self._pending.discard)
+        return await asyncio.shield(future)
+
+    def close(self, *, timeout_s: float = 30.0) -> None:
+        """Stop the engine after the requests in flight have finished.
+
+        Work that has not started a request yet is cancelled; requests already made by
+        native code are waited for (at most ``timeout_s``), because the interpreter must not
+        tear down while one could still call back into it. If some are still running at the
+        deadline, the loop is stopped but deliberately not closed. Idempotent.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        _live.discard(self)
+        if not self._thread.is_alive():
+            return
+
+        async def drain() -> int:
+            self._draining = True
+            current = asyncio.current_task()
+            for task in asyncio.all_tasks():
+                if task is not current and task not in self._pending:
+                    task.cancel()
+            deadline = self._loop.time() + timeout_s
+            while self._pending and self._loop.time() < deadline:
+                await asyncio.wait(set(self._pending), timeout=deadline - self._loop.time())
+            # Let cancelled tasks finish unwinding before the loop stops.
+            await asyncio.sleep(0)
+            return len(self._pending)
+
+        try:
+            still_pending = asyncio.run_coroutine_threadsafe(drain(), self._loop).result(
+                timeout_s + 5.0
+            )
+        except Exception:  # shutting down: report, and leave the loop open below
+            logger.warning("I/O engine did not drain cleanly; leaving its loop open")
+            still_pending = 1
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout_s)
+        if still_pending == 0 and not self._thread.is_alive():
+            self._loop.close()
+        else:
+            logger.warning("I/O engine stopped with %d requests still in flight", still_pending)
+
+
+# Engines still running; all are closed at exit, before the interpreter tears down.
+_live: set[IOEngine] = set()
+_default: dict[int, IOEngine] = {}
+_default_lock = threading.Lock()
+
+
+def _reset_after_fork() -> None:
+    # The parent's loop thread does not exist in the child: forget its engine.
+    global _default_lock
+    _default.clear()
+    _live.clear()
+    _default_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)
+
+
+def default_engine() -> IOEngine:
+    """Return this process's shared I/O engine, starting it on first use."""
+    pid = os.getpid()
+    engine = _default.get(pid)
+    if engine is not None and not engine.closed:
+        return engine
+    with _default_lock:
+        engine = _default.get(pid)
+        if engine is None or engine.closed:
+            engine = IOEngine()
+            _default[pid] = engine
+        return engine
+
+
+def _close_all() -> None:
+    for engine in list(_live):
+        engine.close()
+
+
+atexit.register(_close_all)

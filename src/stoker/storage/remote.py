@@ -1,0 +1,364 @@
+"""ObstoreStore: the Store for S3, GCS, Azure and local paths, built on obstore.
+
+All requests run on the process's I/O engine (one asyncio loop in a background thread),
+bounded by its in-flight limit, retried by :mod:`stoker.storage.retry` and counted in
+:attr:`ObstoreStore.counters`. obstore's exceptions are mapped to stoker's tree with the
+object's URL in the message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import obstore as obs
+
+from stoker.core.metrics import Counters
+from stoker.errors import (
+    CredentialsError,
+    EndpointError,
+    ObjectNotFoundError,
+    RetriesExhaustedError,
+    StorageError,
+)
+from stoker.storage.base import Listing, ObjectMeta, PutData, check_range
+from stoker.storage.engine import IOEngine, default_engine
+from stoker.storage.options import StorageOptions
+from stoker.storage.retry import RETRYABLE, ShortBodyError, call_with_retries, classify
+from stoker.storage.s3 import NativeConfig
+from stoker.storage.url import StorageUrl
+
+T = TypeVar("T")
+
+_LIST_PAGE = 1000
+_XML_CODE = re.compile(r"<Code>([^<]+)</Code>")
+
+
+class _RangeBeyondEnd(Exception):
+    def __init__(self, size: int) -> None:
+        super().__init__(size)
+        self.size = size
+
+
+def _meta(raw: Any, key: str | None = None) -> ObjectMeta:
+    etag = raw.get("e_tag")
+    return ObjectMeta(
+        key=key if key is not None else raw["path"],
+        size=int(raw["size"]),
+        etag=etag.strip('"') if etag else None,
+        last_modified=raw.get("last_modified"),
+    )
+
+
+class ObstoreStore:
+    """A :class:`~stoker.storage.base.Store` over an obstore store.
+
+    Build one with :func:`stoker.open_store`; the constructor is for code that already has
+    the pieces.
+
+    Args:
+        native: The obstore store and how its credentials were resolved.
+        url: The parsed URL of the store's root.
+        options: Retry policy, part sizes and thresholds.
+        engine: I/O engine to run on; the process's shared engine by default.
+    """
+
+    def __init__(
+        self,
+        native: NativeConfig,
+        url: StorageUrl,
+        *,
+        options: StorageOptions,
+        engine: IOEngine | None = None,
+    ) -> None:
+        self._native = native.store
+        self._source = native.credentials_source
+        self._endpoint = native.endpoint
+        self._url = url
+        self._options = options
+        self._engine = engine or default_engine()
+        self._counters = Counters()
+        self._ranged_first = url.scheme != "file"
+
+    @property
+    def url(self) -> str:
+        return str(self._url)
+
+    @property
+    def counters(self) -> Counters:
+        return self._counters
+
+    @property
+    def engine(self) -> IOEngine:
+        """The I/O engine this store's requests run on."""
+        return self._engine
+
+    @property
+    def options(self) -> StorageOptions:
+        """The options the store was opened with."""
+        return self._options
+
+    def __repr__(self) -> str:
+        return (
+            f"ObstoreStore({self.url!r}, endpoint={self._endpoint!r}, credentials={self._source!r})"
+        )
+
+    # -- the request wrapper ---------------------------------------------------------------
+
+    async def _request(self, op: str, path: str, attempt: Callable[[], Awaitable[T]]) -> T:
+        async def one_attempt() -> T:
+            async with self._engine.slot():
+                self._counters.add(f"requests.{op}")
+                return await self._engine.track(attempt())
+
+        try:
+            return await call_with_retries(
+                one_attempt,
+                policy=self._options.retry,
+                counters=self._counters,
+                what=f"{op.upper()} {self._url.child(path)}",
+            )
+        except _RangeBeyondEnd:
+            raise
+        except Exception as exc:
+            raise self._map_error(exc, op, path) from exc
+
+    def _map_error(self, exc: Exception, op: str, path: str) -> Exception:
+        where = self._url.child(path) if path else self.url
+        kind = classify(exc)
+        text = str(exc)
+        code_match = _XML_CODE.search(text)
+        code = code_match.group(1) if code_match else None
+        if kind == "not_found":
+            if code == "NoSuchBucket" or "NoSuchBucket" in text:
+                return ObjectNotFoundError(
+                    f"{where}: bucket {self._url.bucket!r} does not exist at {self._endpoint}"
+                )
+            return ObjectNotFoundError(f"{where}: no such object")
+        if kind == "auth":
+            reason = code or "access denied"
+            return CredentialsError(
+                f"{op.upper()} {where} was refused ({reason}); credentials came from "
+                f"{self._source}, endpoint {self._endpoint}"
+            )
+        if kind in ("connect", "timeout"):
+            return EndpointError(
+                f"cannot reach {self._endpoint} for {op.upper()} {where} "
+                f"({kind}, gave up after retrying)"
+            )
+        summary = text.split("\n", 1)[0][:300]
+        if kind in RETRYABLE:
+            return RetriesExhaustedError(f"{op.upper()} {where}: gave up after retries: {summary}")
+        return StorageError(f"{op.upper()} {where} failed: {summary}")
+
+    # -- reads -----------------------------------------------------------------------------
+
+    async def _get_ranged(self, path: str, start: int, end: int) -> tuple[memoryview, int]:
+        """One GET of bytes [start, end); returns the data and the object's full size."""
+
+        async def attempt() -> tuple[memoryview, int]:
+            result = await obs.get_async(self._native, path, options={"range": (start, end)})
+            size = int(result.meta["size"])
+            if end > size:
+                raise _RangeBeyondEnd(size)
+            data = memoryview(await result.bytes_async())
+            if len(data) != end - start:
+                raise ShortBodyError(f"got {len(data)} of {end - start} bytes")
+            self._counters.add("bytes.read", len(data))
+            return data, size
+
+        return await self._request("get", path, attempt)
+
+    async def get_async(self, path: str) -> memoryview:
+        part = self._options.part_size_bytes
+        if not self._ranged_first:
+            return await self._get_whole(path)
+
+        async def first_part() -> tuple[memoryview, int]:
+            result = await obs.get_async(self._native, path, options={"range": (0, part)})
+            size = int(result.meta["size"])
+            data = memoryview(await result.bytes_async())
+            low, high = result.range
+            if len(data) != high - low or len(data) != min(part, size):
+                raise ShortBodyError(f"got {len(data)} of {min(part, size)} bytes")
+            self._counters.add("bytes.read", len(data))
+            return data, size
+
+        try:
+            head, size = await self._request("get", path, first_part)
+        except StorageError as exc:
+            # An empty object has no byte 0: S3 answers 416 to any range.
+            if "416" in str(exc.__cause__) or "InvalidRange" in str(exc.__cause__):
+                return await self._get_whole(path)
+            raise
+        if size <= part:
+            return head
+        # Large object: the rest as concurrent ranged GETs, one request per part.
+        starts = list(range(part, size, part))
+        parts = await asyncio.gather(
+            *(self._get_ranged(path, s, min(s + part, size)) for s in starts)
+        )
+        buffer = bytearray(size)
+        buffer[:part] = head
+        for s, (data, _) in zip(starts, parts, strict=True):
+            buffer[s : s + len(data)] = data
+        return memoryview(buffer)
+
+    async def _get_whole(self, path: str) -> memoryview:
+        async def attempt() -> memoryview:
+            result = await obs.get_async(self._native, path)
+            data = memoryview(await result.bytes_async())
+            if len(data) != int(result.meta["size"]):
+                raise ShortBodyError(f"got {len(data)} of {result.meta['size']} bytes")
+            self._counters.add("bytes.read", len(data))
+            return data
+
+        return await self._request("get", path, attempt)
+
+    async def get_range_async(self, path: str, *, start: int, end: int) -> memoryview:
+        check_range(path, start, end)
+        try:
+            data, _ = await self._get_ranged(path, start, end)
+        except _RangeBeyondEnd as exc:
+            raise ValueError(
+                f"{self._url.child(path)}: range [{start}, {end}) ends past the object "
+                f"({exc.size} bytes)"
+            ) from None
+        return data
+
+    async def get_ranges_async(
+        self, path: str, *, starts: Sequence[int], ends: Sequence[int]
+    ) -> builtins.list[memoryview]:
+        if len(starts) != len(ends):
+            raise ValueError(f"{path}: {len(starts)} starts but {len(ends)} ends")
+        for s, e in zip(starts, ends, strict=True):
+            check_range(path, s, e)
+
+        async def attempt() -> builtins.list[memoryview]:
+            buffers = await obs.get_ranges_async(
+                self._native, path, starts=list(starts), ends=list(ends)
+            )
+            views = [memoryview(b) for b in buffers]
+            for view, s, e in zip(views, starts, ends, strict=True):
+                if len(view) != e - s:
+                    raise ShortBodyError(f"range [{s}, {e}): got {len(view)} bytes")
+            self._counters.add("bytes.read", sum(len(v) for v in views))
+            return views
+
+        return await self._request("get", path, attempt)
+
+    async def head_async(self, path: str) -> ObjectMeta:
+        async def attempt() -> ObjectMeta:
+            return _meta(await obs.head_async(self._native, path))
+
+        return await self._request("head", path, attempt)
+
+    async def list_async(self, prefix: str = "") -> AsyncIterator[builtins.list[ObjectMeta]]:
+        last: builtins.list[str | None] = [None]
+        current: builtins.list[Any] = [None]
+
+        async def next_page() -> builtins.list[ObjectMeta] | None:
+            # A failed page restarts the listing after the last key already yielded.
+            if current[0] is None:
+                stream = obs.list(
+                    self._native, prefix.strip("/") or None, offset=last[0], chunk_size=_LIST_PAGE
+                )
+                current[0] = stream.__aiter__()
+            try:
+                return [_meta(m) for m in await current[0].__anext__()]
+            except StopAsyncIteration:
+                return None
+            except Exception:
+                current[0] = None
+                raise
+
+        while (page := await self._request("list", prefix, next_page)) is not None:
+            if page:
+                last[0] = page[-1].key
+                yield page
+
+    async def list_dir_async(self, prefix: str = "") -> Listing:
+        """Async form of :meth:`list_dir`."""
+
+        async def attempt() -> Listing:
+            raw = await obs.list_with_delimiter_async(self._native, prefix.strip("/") or None)
+            return Listing(
+                prefixes=[p.rstrip("/") for p in raw["common_prefixes"]],
+                objects=[_meta(m) for m in raw["objects"]],
+            )
+
+        return await self._request("list", prefix, attempt)
+
+    # -- writes ----------------------------------------------------------------------------
+
+    async def put_async(self, path: str, data: PutData) -> ObjectMeta:
+        if not path or path.endswith("/"):
+            raise ValueError(f"{self.url}: invalid object key {path!r}")
+        size = data.stat().st_size if isinstance(data, Path) else len(memoryview(data))
+        multipart = size >= self._options.multipart_threshold_bytes
+
+        async def attempt() -> ObjectMeta:
+            payload: Any = data if isinstance(data, Path) else memoryview(data)
+            result = await obs.put_async(
+                self._native,
+                path,
+                payload,
+                use_multipart=multipart,
+                chunk_size=self._options.part_size_bytes,
+                max_concurrency=8,
+            )
+            self._counters.add("bytes.written", size)
+            etag = result.get("e_tag")
+            return ObjectMeta(key=path, size=size, etag=etag.strip('"') if etag else None)
+
+        return await self._request("put", path, attempt)
+
+    async def delete_async(self, path: str) -> None:
+        async def attempt() -> None:
+            try:
+                await obs.delete_async(self._native, path)
+            except FileNotFoundError:
+                return
+
+        await self._request("delete", path, attempt)
+
+    # -- blocking forms --------------------------------------------------------------------
+
+    def get(self, path: str) -> memoryview:
+        return self._engine.run(self.get_async(path))
+
+    def get_range(self, path: str, *, start: int, end: int) -> memoryview:
+        return self._engine.run(self.get_range_async(path, start=start, end=end))
+
+    def get_ranges(
+        self, path: str, *, starts: Sequence[int], ends: Sequence[int]
+    ) -> builtins.list[memoryview]:
+        return self._engine.run(self.get_ranges_async(path, starts=starts, ends=ends))
+
+    def head(self, path: str) -> ObjectMeta:
+        return self._engine.run(self.head_async(path))
+
+    def list(self, prefix: str = "") -> Iterator[ObjectMeta]:
+        pages = self.list_async(prefix)
+
+        async def next_page() -> builtins.list[ObjectMeta] | None:
+            try:
+                return await pages.__anext__()
+            except StopAsyncIteration:
+                return None
+
+        while (page := self._engine.run(next_page())) is not None:
+            yield from page
+
+    def list_dir(self, prefix: str = "") -> Listing:
+        return self._engine.run(self.list_dir_async(prefix))
+
+    def put(self, path: str, data: PutData) -> ObjectMeta:
+        return self._engine.run(self.put_async(path, data))
+
+    def delete(self, path: str) -> None:
+        self._engine.run(self.delete_async(path))

@@ -1,0 +1,173 @@
+"""Retries with exponential backoff and full jitter, and the classification they rely on.
+
+obstore's own retries are switched off so that every attempt is counted here. An error is
+classified from obstore's exception type and message into a small set of kinds; the
+retryable ones (server errors, throttling, timeouts, resets, short bodies, refused
+connections) are retried until the policy's attempts or time run out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import re
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Literal, TypeVar
+
+from stoker.core.metrics import Counters
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+ErrorKind = Literal[
+    "not_found",
+    "auth",
+    "throttle",
+    "server",
+    "timeout",
+    "connect",
+    "reset",
+    "short_body",
+    "client",
+    "other",
+]
+
+RETRYABLE: frozenset[ErrorKind] = frozenset(
+    {"throttle", "server", "timeout", "connect", "reset", "short_body"}
+)
+
+
+class ShortBodyError(Exception):
+    """A response carried fewer bytes than it announced (raised by our own checks)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RetryPolicy:
+    """How often and how patiently to retry a failed request.
+
+    Attributes:
+        max_attempts: Attempts in all, the first included.
+        base_delay_s: Backoff before the second attempt; it doubles each time.
+        max_delay_s: Cap on one backoff.
+        max_elapsed_s: Give up when this much time has passed since the first attempt.
+        connect_attempts: Attempts for a refused or failed connection, which rarely heals.
+    """
+
+    max_attempts: int = 10
+    base_delay_s: float = 0.05
+    max_delay_s: float = 5.0
+    max_elapsed_s: float = 120.0
+    connect_attempts: int = 3
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise ValueError(f"max_attempts must be >= 1, got {self.max_attempts}")
+        if self.connect_attempts < 1:
+            raise ValueError(f"connect_attempts must be >= 1, got {self.connect_attempts}")
+        if self.base_delay_s < 0 or self.max_delay_s < 0 or self.max_elapsed_s < 0:
+            raise ValueError("retry delays must be >= 0")
+
+    def backoff_s(self, attempt: int, rng: random.Random) -> float:
+        """Full-jitter backoff before attempt ``attempt + 1`` (``attempt`` starts at 1)."""
+        ceiling = min(self.max_delay_s, self.base_delay_s * (2 ** (attempt - 1)))
+        return rng.uniform(0, ceiling)
+
+
+_STATUS = re.compile(r"status code: (\d{3})")
+_RESET_MARKERS = (
+    "connection reset",
+    "connectionreset",
+    "broken pipe",
+    "incompletemessage",
+    "unexpected eof",
+    "unexpectedeof",
+    "kind: body",
+    "kind: decode",
+    "error decoding response body",
+    "connection closed before message completed",
+    "connectionaborted",
+)
+
+
+def classify(exc: BaseException) -> ErrorKind:
+    """Sort an exception from obstore (or our own checks) into an :data:`ErrorKind`."""
+    if isinstance(exc, ShortBodyError):
+        return "short_body"
+    if isinstance(exc, FileNotFoundError):
+        return "not_found"
+    if isinstance(exc, TimeoutError):
+        return "timeout"
+    name = type(exc).__name__
+    if name in ("PermissionDeniedError", "UnauthenticatedError"):
+        return "auth"
+    if isinstance(exc, ConnectionError):
+        return "reset"
+    text = str(exc).lower()
+    match = _STATUS.search(text)
+    if match:
+        status = int(match.group(1))
+        if status in (429, 503) or "slowdown" in text:
+            return "throttle"
+        if status >= 500 or status == 408:
+            return "server"
+        if status in (401, 403):
+            return "auth"
+        if status == 404:
+            return "not_found"
+        return "client"
+    if "timed out" in text or "timedout" in text or "kind: timeout" in text:
+        return "timeout"
+    if any(marker in text for marker in _RESET_MARKERS):
+        return "reset"
+    if "kind: connect" in text or "tcp connect error" in text or "dns error" in text:
+        return "connect"
+    if "error sending request" in text:
+        return "reset"
+    return "other"
+
+
+async def call_with_retries(
+    request: Callable[[], Awaitable[T]],
+    *,
+    policy: RetryPolicy,
+    counters: Counters,
+    what: str,
+    rng: random.Random | None = None,
+) -> T:
+    """Run ``request`` until it succeeds, a non-retryable error occurs, or the policy gives up.
+
+    Every attempt after the first counts as ``retries``; throttling also counts as
+    ``throttles``; each failure counts as ``errors.<kind>``. The last exception is re-raised
+    unchanged, so the caller can map it to a stoker error.
+
+    Args:
+        request: Makes one attempt; called anew for every attempt.
+        policy: Attempts, backoff and time limits.
+        counters: Where attempts, retries and errors are counted.
+        what: Short description for log messages, e.g. ``"GET s3://b/k"``.
+        rng: Jitter source (tests pass a seeded one).
+    """
+    rng = rng or random.Random()
+    started = time.monotonic()
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            return await request()
+        except Exception as exc:
+            kind = classify(exc)
+            counters.add(f"errors.{kind}")
+            if kind == "throttle":
+                counters.add("throttles")
+            limit = policy.connect_attempts if kind == "connect" else policy.max_attempts
+            elapsed = time.monotonic() - started
+            if kind not in RETRYABLE or attempt >= limit or elapsed >= policy.max_elapsed_s:
+                raise
+            delay = policy.backoff_s(attempt, rng)
+            logger.debug("%s: %s (attempt %d), retrying in %.3fs", what, kind, attempt, delay)
+            counters.add("retries")
+            await asyncio.sleep(delay)

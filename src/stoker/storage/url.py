@@ -1,0 +1,79 @@
+"""Parse storage URLs: ``s3://bucket/prefix``, ``gs://``, ``az://``, ``file://``, ``memory://``
+and plain local paths."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+from urllib.parse import unquote, urlsplit
+
+Scheme = Literal["s3", "gs", "az", "file", "memory"]
+
+_ALIASES: dict[str, Scheme] = {
+    "s3": "s3",
+    "s3a": "s3",
+    "gs": "gs",
+    "gcs": "gs",
+    "az": "az",
+    "azure": "az",
+    "abfs": "az",
+    "file": "file",
+    "memory": "memory",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class StorageUrl:
+    """A parsed storage URL.
+
+    Attributes:
+        scheme: Canonical scheme.
+        bucket: Bucket or container name; empty for local paths; the name for ``memory://``.
+        prefix: Key prefix inside the bucket (no leading or trailing ``/``), or, for local
+            paths, the absolute directory.
+    """
+
+    scheme: Scheme
+    bucket: str
+    prefix: str
+
+    def __str__(self) -> str:
+        if self.scheme == "file":
+            return self.prefix
+        tail = f"/{self.prefix}" if self.prefix else ""
+        return f"{self.scheme}://{self.bucket}{tail}"
+
+    def child(self, key: str) -> str:
+        """The URL of ``key`` under this URL, for messages."""
+        return f"{str(self).rstrip('/')}/{key}"
+
+
+def parse_url(url: str | os.PathLike[str]) -> StorageUrl:
+    """Parse ``url`` into scheme, bucket and prefix.
+
+    Plain paths (absolute or relative) and ``file://`` URLs become local paths, resolved to
+    absolute form.
+
+    Raises:
+        ValueError: Unknown scheme, or a bucket URL without a bucket name.
+    """
+    text = os.fspath(url)
+    if "://" not in text:
+        return StorageUrl("file", "", str(Path(text).expanduser().resolve()))
+    parts = urlsplit(text)
+    scheme = _ALIASES.get(parts.scheme.lower())
+    if scheme is None:
+        raise ValueError(
+            f"unsupported URL scheme {parts.scheme!r} in {text!r}; "
+            f"use one of {sorted(set(_ALIASES.values()))} or a local path"
+        )
+    if scheme == "file":
+        return StorageUrl("file", "", str(Path(unquote(parts.path)).resolve()))
+    if parts.username or parts.password:
+        raise ValueError("credentials do not belong in a storage URL; use storage_options")
+    bucket = parts.netloc
+    if not bucket:
+        raise ValueError(f"{text!r} names no bucket; expected {scheme}://BUCKET[/PREFIX]")
+    return StorageUrl(scheme, bucket, parts.path.strip("/"))

@@ -1,0 +1,23 @@
+"""The public surface is explicit, sorted, and imports no framework."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import stoker
+
+
+def test_all_is_sorted_and_complete() -> None:
+    assert stoker.__all__ == sorted(stoker.__all__)
+    for name in stoker.__all__:
+        assert hasattr(stoker, name), name
+
+
+def test_import_loads_no_framework() -> None:
+    code = (
+        "import sys, stoker; "
+        "print(sorted(m for m in ('torch', 'tensorflow', 'jax') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
