@@ -1,0 +1,441 @@
+"""Tests of the loopback WAN/fault proxy against a tiny threaded HTTP/1.1 server."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import http.client
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from stoker.testing.netproxy import FaultConfig, LinkConfig, NetProxy, main, parse_rate
+
+NO_DELAY = LinkConfig(rtt_s=0.0, connect_rtts=0.0)
+
+
+def payload(path: str, size: int) -> bytes:
+    """Deterministic bytes for GET path?size=N."""
+    seed = hashlib.sha256(path.encode()).digest()
+    return (seed * (size // len(seed) + 1))[:size]
+
+
+@dataclass
+class Upstream:
+    port: int
+    seen: list[tuple[str, str, bytes]] = field(default_factory=list)
+    peers: set[tuple[str, int]] = field(default_factory=set)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    timeout = 10
+    disable_nagle_algorithm = True  # else a small body waits for a delayed ACK (40 ms)
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def _read_body(self) -> bytes:
+        if "chunked" in self.headers.get("Transfer-Encoding", ""):
+            parts: list[bytes] = []
+            while True:
+                size = int(self.rfile.readline().split(b";")[0], 16)
+                if size == 0:
+                    while self.rfile.readline() not in (b"\r\n", b""):
+                        pass
+                    return b"".join(parts)
+                parts.append(self.rfile.read(size))
+                self.rfile.readline()
+        return self.rfile.read(int(self.headers.get("Content-Length", "0")))
+
+    def _handle(self, *, send_body: bool = True) -> None:
+        body = self._read_body()
+        self.server.upstream.seen.append((self.command, self.path, body))
+        self.server.upstream.peers.add(self.client_address)
+        if self.command == "PUT":
+            reply = body  # echo
+        else:
+            size = int(self.path.partition("size=")[2] or "100")
+            reply = payload(self.path.partition("?")[0], size)
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(reply)))
+        self.end_headers()
+        if send_body:
+            self.wfile.write(reply)
+
+    def do_GET(self) -> None:
+        self._handle()
+
+    def do_PUT(self) -> None:
+        self._handle()
+
+    def do_HEAD(self) -> None:
+        self._handle(send_body=False)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = False  # server_close() joins the handler threads
+    upstream: Upstream
+
+
+@pytest.fixture
+def upstream() -> Iterator[Upstream]:
+    server = _Server(("127.0.0.1", 0), _Handler)
+    server.upstream = Upstream(port=server.server_address[1])
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.start()
+    yield server.upstream
+    server.shutdown()
+    server.server_close()
+    thread.join()
+
+
+@pytest.fixture
+def make_proxy(upstream: Upstream) -> Iterator[Callable[..., NetProxy]]:
+    proxies: list[NetProxy] = []
+
+    def make(*, link: LinkConfig = NO_DELAY, faults: FaultConfig | None = None) -> NetProxy:
+        proxy = NetProxy("127.0.0.1", upstream.port, link=link, faults=faults or FaultConfig())
+        proxies.append(proxy)
+        proxy.start()
+        return proxy
+
+    yield make
+    for proxy in proxies:
+        proxy.stop()
+
+
+@contextlib.contextmanager
+def connect(port: int) -> Iterator[http.client.HTTPConnection]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+def request(
+    conn: http.client.HTTPConnection, method: str, path: str, body: bytes | None = None
+) -> tuple[int, dict[str, str], bytes]:
+    conn.request(method, path, body=body)
+    response = conn.getresponse()
+    return response.status, dict(response.getheaders()), response.read()
+
+
+def test_bytes_pass_through_unchanged_on_one_keepalive_connection(
+    make_proxy: Callable[..., NetProxy], upstream: Upstream
+) -> None:
+    proxy = make_proxy()
+    big = bytes(range(256)) * 1000
+    with connect(proxy.port) as conn:
+        assert request(conn, "GET", "/a?size=5000")[::2] == (200, payload("/a", 5000))
+        assert request(conn, "PUT", "/b", big)[::2] == (200, big)
+        assert request(conn, "GET", "/c?size=300000")[::2] == (200, payload("/c", 300000))
+        assert request(conn, "HEAD", "/d")[::2] == (200, b"")
+    assert [(m, p) for m, p, _ in upstream.seen] == [
+        ("GET", "/a?size=5000"),
+        ("PUT", "/b"),
+        ("GET", "/c?size=300000"),
+        ("HEAD", "/d"),
+    ]
+    assert upstream.seen[1][2] == big
+    assert len(upstream.peers) == 1  # one upstream connection carried them all
+    stats = proxy.stats()
+    assert (stats.connections, stats.requests, stats.forwarded, stats.faulted) == (1, 4, 4, 0)
+    assert stats.bytes_up > len(big)
+    assert stats.bytes_down > 305000
+
+
+def test_chunked_request_bodies_keep_request_boundaries(
+    make_proxy: Callable[..., NetProxy], upstream: Upstream
+) -> None:
+    proxy = make_proxy(faults=FaultConfig(fault_rate=1.0, fault_paths="/victim"))
+    chunks = [b"x" * 10, b"y" * 70000, b"z"]
+    with connect(proxy.port) as conn:
+        conn.request("PUT", "/up", body=iter(chunks), encode_chunked=True)
+        response = conn.getresponse()
+        assert (response.status, response.read()) == (200, b"".join(chunks))
+        assert request(conn, "GET", "/victim")[0] == 503
+        conn.request("PUT", "/victim/chunked", body=iter(chunks), encode_chunked=True)
+        response = conn.getresponse()
+        assert (response.status, b"SlowDown" in response.read()) == (503, True)
+        assert request(conn, "GET", "/after?size=10")[::2] == (200, payload("/after", 10))
+    assert [p for _, p, _ in upstream.seen] == ["/up", "/after?size=10"]
+    assert proxy.stats().faults["503"] == 2
+
+
+def test_rtt_is_added_per_request_and_for_the_handshake(
+    make_proxy: Callable[..., NetProxy],
+) -> None:
+    proxy = make_proxy(link=LinkConfig(rtt_s=0.1, connect_rtts=1.0))
+    with connect(proxy.port) as conn:
+        start = time.perf_counter()
+        assert request(conn, "GET", "/first")[0] == 200
+        first = time.perf_counter() - start
+        start = time.perf_counter()
+        assert request(conn, "GET", "/second")[0] == 200
+        second = time.perf_counter() - start
+    assert first >= 0.19  # handshake RTT + request RTT (timers may fire 0.5 ms early)
+    assert second >= 0.099
+
+
+@pytest.mark.parametrize("method", ["GET", "PUT"])
+def test_bandwidth_cap(make_proxy: Callable[..., NetProxy], method: str) -> None:
+    proxy = make_proxy(link=LinkConfig(rtt_s=0.0, bandwidth_bytes_s=2e6, connect_rtts=0.0))
+    body = b"u" * 1_000_000 if method == "PUT" else None
+    with connect(proxy.port) as conn:
+        start = time.perf_counter()
+        status, _, reply = request(conn, method, "/big?size=1000000", body)
+        elapsed = time.perf_counter() - start
+    assert (status, len(reply)) == (200, 1_000_000)
+    assert elapsed >= 0.4
+
+
+@pytest.mark.parametrize(
+    ("kind", "status", "code"), [("503", 503, "SlowDown"), ("500", 500, "InternalError")]
+)
+def test_error_fault_is_not_forwarded_and_keeps_the_connection(
+    make_proxy: Callable[..., NetProxy], upstream: Upstream, kind: str, status: int, code: str
+) -> None:
+    proxy = make_proxy(faults=FaultConfig(fault_rate=1.0, kinds=(kind,)))
+    with connect(proxy.port) as conn:
+        got_status, headers, body = request(conn, "PUT", "/obj", b"b" * 100_000)
+        assert got_status == status
+        assert headers["Content-Type"] == "application/xml"
+        assert headers["Retry-After"] == "0"
+        assert int(headers["Content-Length"]) == len(body)
+        assert f"<Error><Code>{code}</Code><Message>".encode() in body
+        assert request(conn, "HEAD", "/obj")[::2] == (status, b"")  # no body after HEAD
+        proxy.set_faults(FaultConfig())
+        assert request(conn, "GET", "/obj?size=10")[::2] == (200, payload("/obj", 10))
+    assert [p for _, p, _ in upstream.seen] == ["/obj?size=10"]
+    stats = proxy.stats()
+    assert (stats.requests, stats.forwarded, stats.faults[kind], stats.faulted) == (3, 1, 2, 2)
+
+
+def test_503_is_sent_one_rtt_after_the_request(make_proxy: Callable[..., NetProxy]) -> None:
+    link = LinkConfig(rtt_s=0.1, connect_rtts=0.0)
+    proxy = make_proxy(link=link, faults=FaultConfig(fault_rate=1.0))
+    with connect(proxy.port) as conn:
+        start = time.perf_counter()
+        assert request(conn, "GET", "/slow")[0] == 503
+        assert time.perf_counter() - start >= 0.099
+
+
+def test_reset_fault_breaks_the_client_connection(
+    make_proxy: Callable[..., NetProxy], upstream: Upstream
+) -> None:
+    proxy = make_proxy(faults=FaultConfig(fault_rate=1.0, kinds=("reset",)))
+    with connect(proxy.port) as conn, pytest.raises(ConnectionError):
+        request(conn, "PUT", "/obj", b"x" * 1000)
+    proxy.set_faults(FaultConfig())
+    with connect(proxy.port) as conn:
+        assert request(conn, "GET", "/obj")[0] == 200
+    assert [p for _, p, _ in upstream.seen] == ["/obj"]
+    assert proxy.stats().faults == {"503": 0, "500": 0, "reset": 1}
+
+
+def test_fault_rate_is_seeded_and_counted_exactly(
+    make_proxy: Callable[..., NetProxy], upstream: Upstream
+) -> None:
+    faults = FaultConfig(fault_rate=0.5, kinds=("503", "500"), seed=7)
+    outcomes = []
+    for proxy in (make_proxy(faults=faults), make_proxy(faults=faults)):
+        with connect(proxy.port) as conn:
+            outcomes.append([request(conn, "GET", f"/o{i}")[0] for i in range(200)])
+        stats = proxy.stats()
+        assert stats.requests == 200
+        assert stats.faults["503"] == outcomes[-1].count(503)
+        assert stats.faults["500"] == outcomes[-1].count(500)
+        assert stats.forwarded == outcomes[-1].count(200)
+        assert stats.faulted + stats.forwarded == stats.requests
+    assert outcomes[0] == outcomes[1]  # same seed, same decisions
+    assert 60 <= outcomes[0].count(200) <= 140
+    assert outcomes[0].count(503) > 10
+    assert outcomes[0].count(500) > 10
+    assert len(upstream.seen) == 2 * outcomes[0].count(200)
+
+
+def test_fault_paths_and_methods_filter(
+    make_proxy: Callable[..., NetProxy], upstream: Upstream
+) -> None:
+    faults = FaultConfig(fault_rate=1.0, fault_paths="/victim", fault_methods=frozenset({"get"}))
+    proxy = make_proxy(faults=faults)
+    with connect(proxy.port) as conn:
+        assert request(conn, "PUT", "/victim", b"setup")[0] == 200
+        assert request(conn, "GET", "/other")[0] == 200
+        assert request(conn, "GET", "/bucket/victim?x=1")[0] == 503
+        assert request(conn, "HEAD", "/victim")[0] == 200
+    assert [(m, p) for m, p, _ in upstream.seen] == [
+        ("PUT", "/victim"),
+        ("GET", "/other"),
+        ("HEAD", "/victim"),
+    ]
+
+
+def test_concurrent_connections(make_proxy: Callable[..., NetProxy]) -> None:
+    proxy = make_proxy(link=LinkConfig(rtt_s=0.01), faults=FaultConfig(fault_rate=0.2))
+    statuses: list[int] = []
+
+    def client(n: int) -> None:
+        with connect(proxy.port) as conn:
+            for i in range(20):
+                status, _, body = request(conn, "GET", f"/c{n}/{i}?size=20000")
+                assert status == 503 or body == payload(f"/c{n}/{i}", 20000)
+                statuses.append(status)
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    stats = proxy.stats()
+    assert len(statuses) == stats.requests == 160
+    assert stats.faulted == statuses.count(503)
+    assert stats.connections == 8
+
+
+def test_upstream_closing_the_connection_reaches_the_client(
+    make_proxy: Callable[..., NetProxy],
+) -> None:
+    proxy = make_proxy()
+    with connect(proxy.port) as conn:
+        conn.request("GET", "/x", headers={"Connection": "close"})
+        response = conn.getresponse()
+        assert response.status == 200
+        response.read()
+    with socket.create_connection(("127.0.0.1", proxy.port), timeout=5) as sock:
+        sock.sendall(b"GET /y HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    assert data.startswith(b"HTTP/1.1 200")
+    assert data.endswith(payload("/y", 100))
+
+
+def test_upstream_down_resets_the_client() -> None:
+    with socket.socket() as placeholder:
+        placeholder.bind(("127.0.0.1", 0))
+        port = placeholder.getsockname()[1]  # nothing listens here
+        with (
+            NetProxy("127.0.0.1", port, link=NO_DELAY) as proxy,
+            connect(proxy.port) as conn,
+            pytest.raises(ConnectionError),
+        ):
+            request(conn, "GET", "/")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("0", 0.0),
+        ("1gbit", 125e6),
+        ("800mbit", 100e6),
+        ("1Gbps", 125e6),
+        ("100MB", 100e6),
+        ("100 MB/s", 100e6),
+        ("50MiB", 50 * 2**20),
+        ("2.5e3", 2500.0),
+        ("1024", 1024.0),
+    ],
+)
+def test_parse_rate(text: str, expected: float) -> None:
+    assert parse_rate(text) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("text", ["", "fast", "-1MB", "10M", "10mb", "5Xbit", "1 gigabit"])
+def test_parse_rate_rejects(text: str) -> None:
+    with pytest.raises(ValueError, match="rate"):
+        parse_rate(text)
+
+
+NOT_LOOPBACK = ["10.0.0.1", "192.168.1.2", "example.com", "0.0.0.0", "", "::"]  # noqa: S104
+
+
+@pytest.mark.parametrize("host", NOT_LOOPBACK)
+def test_non_loopback_upstream_is_refused(host: str) -> None:
+    with pytest.raises(ValueError, match="loopback"):
+        NetProxy(host, 80)
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.1.2.3", "::1", "localhost"])
+def test_loopback_upstreams_are_accepted(host: str) -> None:
+    NetProxy(host, 80)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: FaultConfig(fault_rate=1.5),
+        lambda: FaultConfig(fault_rate=float("nan")),
+        lambda: FaultConfig(kinds=()),
+        lambda: FaultConfig(kinds=("418",)),
+        lambda: FaultConfig(kinds="503"),  # type: ignore[arg-type]  # the mistake under test
+        lambda: FaultConfig(fault_methods=frozenset()),
+        lambda: LinkConfig(rtt_s=-0.1),
+        lambda: LinkConfig(bandwidth_bytes_s=float("inf")),
+        lambda: LinkConfig(connect_rtts=-1),
+    ],
+)
+def test_config_validation(make: Callable[[], object]) -> None:
+    with pytest.raises(ValueError, match="Config"):
+        make()
+
+
+def test_stop_is_idempotent_and_joins_the_thread(upstream: Upstream) -> None:
+    proxy = NetProxy("127.0.0.1", upstream.port, link=NO_DELAY)
+    proxy.stop()  # never started: a no-op
+    with pytest.raises(RuntimeError):
+        _ = proxy.port
+    proxy.start()
+    with pytest.raises(RuntimeError):
+        proxy.start()
+    assert proxy.endpoint == f"http://127.0.0.1:{proxy.port}"
+    conn = http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=5)
+    assert request(conn, "GET", "/")[0] == 200  # leaves a keep-alive connection open
+    proxy.stop()
+    proxy.stop()
+    conn.close()
+    assert not [t for t in threading.enumerate() if t.name == "netproxy"]
+    with proxy, connect(proxy.port) as conn:  # restartable
+        assert request(conn, "GET", "/")[0] == 200
+    assert not [t for t in threading.enumerate() if t.name == "netproxy"]
+
+
+def test_listen_port_in_use_raises(upstream: Upstream) -> None:
+    with NetProxy("127.0.0.1", upstream.port) as first:
+        second = NetProxy("127.0.0.1", upstream.port, listen_port=first.port)
+        with pytest.raises(OSError, match="ddress already in use"):
+            second.start()
+        second.stop()
+
+
+def test_cli_runs_until_sigterm(upstream: Upstream) -> None:
+    command = [sys.executable, "-m", "stoker.testing.netproxy", "--upstream"]
+    command += [f"127.0.0.1:{upstream.port}", "--rtt-ms", "0", "--rate", "1gbit"]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, text=True) as proc:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        port = int(line.split(" -> ")[0].rpartition(":")[2])
+        with connect(port) as conn:
+            assert request(conn, "GET", "/cli?size=10")[::2] == (200, payload("/cli", 10))
+        proc.terminate()
+        rest = proc.stdout.read()
+        assert proc.wait(timeout=10) == 0
+    assert "requests=1" in rest
+
+
+def test_cli_rejects_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as excinfo:
+        main(["--upstream", "10.1.1.1:80"])
+    assert excinfo.value.code == 2
+    assert "loopback" in capsys.readouterr().err
