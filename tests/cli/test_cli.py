@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from stoker.cli.docs import render
 from stoker.cli.main import cli
 from stoker.storage import open_store
 from stoker.testing.images import write_image_folder
@@ -143,3 +144,9 @@ def test_demo_runs_end_to_end() -> None:
     assert report["verified_files"] == 60
     assert report["parallel_files_per_s"] > 0
     assert report["sequential_files_per_s"] > 0
+
+
+def test_cli_docs_page_is_current() -> None:
+    """docs/cli.md is generated from --help; regenerate with `python -m stoker.cli.docs`."""
+    page = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
+    assert page.read_text(encoding="utf-8") == render()
