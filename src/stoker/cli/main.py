@@ -249,13 +249,18 @@ def _summary(report: TransferReport, as_json: bool) -> None:
     )
 
 
-def _run_transfer(run: Callable[[], TransferReport], as_json: bool) -> None:
-    try:
-        report = run()
-    except TransferError as exc:
-        for key, reason in exc.failures:
+def _run_transfer(run: Callable[[], TransferReport], bar: BarProgress, as_json: bool) -> None:
+    failure: TransferError | None = None
+    with bar:
+        try:
+            report = run()
+        except TransferError as exc:
+            failure = exc
+    # Print only once the bar has stopped, so the two never share a line.
+    if failure is not None:
+        for key, reason in failure.failures:
             click.echo(f"stoker: failed: {key}: {reason}", err=True)
-        _fail(f"{len(exc.failures)} files failed; rerun the same command to retry them")
+        _fail(f"{len(failure.failures)} files failed; rerun the same command to retry them")
         return
     _summary(report, as_json)
 
@@ -288,8 +293,8 @@ def download_command(
     store = _open(ctx, src_url, max_in_flight=max(128, workers * 2))
     config = _config(workers, include, exclude, no_resume, no_verify)
     show = not no_progress and not as_json and sys.stderr.isatty()
-    with BarProgress("download", enabled=show) as bar:
-        _run_transfer(lambda: download(store, dst_dir, config=config, progress=bar), as_json)
+    bar = BarProgress("download", enabled=show)
+    _run_transfer(lambda: download(store, dst_dir, config=config, progress=bar), bar, as_json)
 
 
 @cli.command("upload")
@@ -319,8 +324,8 @@ def upload_command(
     store = _open(ctx, dst_url, max_in_flight=max(128, workers * 2))
     config = _config(workers, include, exclude, no_resume, no_verify)
     show = not no_progress and not as_json and sys.stderr.isatty()
-    with BarProgress("upload", enabled=show) as bar:
-        _run_transfer(lambda: upload(src_dir, store, config=config, progress=bar), as_json)
+    bar = BarProgress("upload", enabled=show)
+    _run_transfer(lambda: upload(src_dir, store, config=config, progress=bar), bar, as_json)
 
 
 @cli.command("demo")
