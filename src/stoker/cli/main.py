@@ -220,22 +220,6 @@ def transfer_options(func: F) -> F:
     return func
 
 
-def _config(
-    workers: int,
-    include: tuple[str, ...],
-    exclude: tuple[str, ...],
-    no_resume: bool,
-    no_verify: bool,
-) -> TransferConfig:
-    return TransferConfig(
-        workers=workers,
-        include=include,
-        exclude=exclude,
-        resume=not no_resume,
-        verify=not no_verify,
-    )
-
-
 def _summary(report: TransferReport, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=2))
@@ -265,24 +249,35 @@ def _run_transfer(run: Callable[[], TransferReport], bar: BarProgress, as_json: 
     _summary(report, as_json)
 
 
+@dataclass(frozen=True, slots=True)
+class _TransferRun:
+    store: Store
+    config: TransferConfig
+    bar: BarProgress
+    as_json: bool
+
+
+def _prepare(ctx: Context, url: str, direction: str, options: dict[str, Any]) -> _TransferRun:
+    workers: int = options["workers"]
+    store = _open(ctx, url, max_in_flight=max(128, workers * 2))
+    config = TransferConfig(
+        workers=workers,
+        include=options["include"],
+        exclude=options["exclude"],
+        resume=not options["no_resume"],
+        verify=not options["no_verify"],
+    )
+    show = not options["no_progress"] and not options["as_json"] and sys.stderr.isatty()
+    return _TransferRun(store, config, BarProgress(direction, enabled=show), options["as_json"])
+
+
 @cli.command("download")
 @click.argument("src_url")
 @click.argument("dst_dir", type=click.Path(file_okay=False))
 @transfer_options
 @click.pass_obj
 @handle_errors
-def download_command(
-    ctx: Context,
-    src_url: str,
-    dst_dir: str,
-    workers: int,
-    include: tuple[str, ...],
-    exclude: tuple[str, ...],
-    no_resume: bool,
-    no_verify: bool,
-    as_json: bool,
-    no_progress: bool,
-) -> None:
+def download_command(ctx: Context, /, src_url: str, dst_dir: str, **options: Any) -> None:
     """Download every object under SRC_URL into DST_DIR, in parallel.
 
     Keys become paths relative to DST_DIR. A rerun skips files already complete (same size
@@ -290,11 +285,12 @@ def download_command(
     .NAME.stoker-partial and renamed only when complete. Exits 1 if any object failed,
     naming each.
     """
-    store = _open(ctx, src_url, max_in_flight=max(128, workers * 2))
-    config = _config(workers, include, exclude, no_resume, no_verify)
-    show = not no_progress and not as_json and sys.stderr.isatty()
-    bar = BarProgress("download", enabled=show)
-    _run_transfer(lambda: download(store, dst_dir, config=config, progress=bar), bar, as_json)
+    run = _prepare(ctx, src_url, "download", options)
+    _run_transfer(
+        lambda: download(run.store, dst_dir, config=run.config, progress=run.bar),
+        run.bar,
+        run.as_json,
+    )
 
 
 @cli.command("upload")
@@ -303,29 +299,19 @@ def download_command(
 @transfer_options
 @click.pass_obj
 @handle_errors
-def upload_command(
-    ctx: Context,
-    src_dir: str,
-    dst_url: str,
-    workers: int,
-    include: tuple[str, ...],
-    exclude: tuple[str, ...],
-    no_resume: bool,
-    no_verify: bool,
-    as_json: bool,
-    no_progress: bool,
-) -> None:
+def upload_command(ctx: Context, /, src_dir: str, dst_url: str, **options: Any) -> None:
     """Upload every file under SRC_DIR to DST_URL, in parallel.
 
     Relative paths become keys under DST_URL; large files go up as multipart uploads. A
     rerun skips objects already there with the same size and ETag. Exits 1 if any file
     failed, naming each.
     """
-    store = _open(ctx, dst_url, max_in_flight=max(128, workers * 2))
-    config = _config(workers, include, exclude, no_resume, no_verify)
-    show = not no_progress and not as_json and sys.stderr.isatty()
-    bar = BarProgress("upload", enabled=show)
-    _run_transfer(lambda: upload(src_dir, store, config=config, progress=bar), bar, as_json)
+    run = _prepare(ctx, dst_url, "upload", options)
+    _run_transfer(
+        lambda: upload(src_dir, run.store, config=run.config, progress=run.bar),
+        run.bar,
+        run.as_json,
+    )
 
 
 @cli.command("demo")
