@@ -46,6 +46,8 @@ def test_empty_object(store: Store) -> None:
     store.put("empty", b"")
     assert bytes(store.get("empty")) == b""
     assert store.head("empty").size == 0
+    with pytest.raises(ValueError, match="past the object"):
+        store.get_range("empty", start=0, end=1)
 
 
 def test_keys_with_spaces_and_non_ascii(store: Store) -> None:

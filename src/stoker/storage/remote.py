@@ -39,9 +39,17 @@ _XML_CODE = re.compile(r"<Code>([^<]+)</Code>")
 
 
 class _RangeBeyondEnd(Exception):
-    def __init__(self, size: int) -> None:
+    # Not retried and not mapped: the caller turns it into ValueError (or a plain GET).
+    def __init__(self, size: int | None) -> None:
         super().__init__(size)
         self.size = size
+
+
+def _is_unsatisfiable_range(exc: Exception) -> bool:
+    text = str(exc)
+    if "Requested range was invalid" in text:  # obstore's local filesystem
+        return True
+    return "416" in text and ("Range Not Satisfiable" in text or "InvalidRange" in text)
 
 
 def _meta(raw: Any, key: str | None = None) -> ObjectMeta:
@@ -161,7 +169,12 @@ class ObstoreStore:
         """One GET of bytes [start, end); returns the data and the object's full size."""
 
         async def attempt() -> tuple[memoryview, int]:
-            result = await obs.get_async(self._native, path, options={"range": (start, end)})
+            try:
+                result = await obs.get_async(self._native, path, options={"range": (start, end)})
+            except Exception as exc:
+                if _is_unsatisfiable_range(exc):
+                    raise _RangeBeyondEnd(None) from exc
+                raise
             size = int(result.meta["size"])
             if end > size:
                 raise _RangeBeyondEnd(size)
@@ -179,7 +192,13 @@ class ObstoreStore:
             return await self._get_whole(path)
 
         async def first_part() -> tuple[memoryview, int]:
-            result = await obs.get_async(self._native, path, options={"range": (0, part)})
+            try:
+                result = await obs.get_async(self._native, path, options={"range": (0, part)})
+            except Exception as exc:
+                # An empty object has no byte 0: S3 answers 416 to any range.
+                if _is_unsatisfiable_range(exc):
+                    raise _RangeBeyondEnd(0) from exc
+                raise
             size = int(result.meta["size"])
             data = memoryview(await result.bytes_async())
             low, high = result.range
@@ -190,11 +209,8 @@ class ObstoreStore:
 
         try:
             head, size = await self._request("get", path, first_part)
-        except StorageError as exc:
-            # An empty object has no byte 0: S3 answers 416 to any range.
-            if "416" in str(exc.__cause__) or "InvalidRange" in str(exc.__cause__):
-                return await self._get_whole(path)
-            raise
+        except _RangeBeyondEnd:
+            return await self._get_whole(path)
         if size <= part:
             return head
         # Large object: the rest as concurrent ranged GETs, one request per part.
@@ -224,9 +240,9 @@ class ObstoreStore:
         try:
             data, _ = await self._get_ranged(path, start, end)
         except _RangeBeyondEnd as exc:
+            size = f"{exc.size} bytes" if exc.size is not None else "it is shorter"
             raise ValueError(
-                f"{self._url.child(path)}: range [{start}, {end}) ends past the object "
-                f"({exc.size} bytes)"
+                f"{self._url.child(path)}: range [{start}, {end}) ends past the object ({size})"
             ) from None
         return data
 
