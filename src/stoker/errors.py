@@ -41,3 +41,15 @@ class TransferError(StokerError):
     def __init__(self, message: str, failures: list[tuple[str, str]]) -> None:
         super().__init__(message)
         self.failures = failures
+
+
+class ShardFormatError(StokerError, ValueError):
+    """A shard or index does not follow the format (docs/FORMAT.md)."""
+
+
+class CorruptShardError(ShardFormatError):
+    """A shard's bytes do not match the checksums in the index."""
+
+
+class SourceError(StokerError):
+    """An input to ``pack`` is unreadable or invalid; the message names the file or record."""

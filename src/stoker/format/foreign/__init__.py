@@ -1,0 +1,1 @@
+"""Readers of foreign inputs that ``stoker pack`` turns into shards."""

@@ -1,0 +1,79 @@
+"""What every foreign reader provides: cheap references first, then bytes on demand.
+
+Packing is planned before anything is read: a reader lists its input as :class:`SampleRef`
+objects (where a sample lives and about how many bytes it has), the planner cuts that list
+into shards, and the workers that write the shards call :meth:`SampleReader.read` for each
+reference. So a reader must be able to read any reference on its own, in any order, from
+any process: references are plain picklable data, and a reader opens its stores lazily.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class SampleRef:
+    """Where one sample of the input lives.
+
+    Attributes:
+        key: The sample's key in the shards: unique, no ``.``, no leading ``/``, no ``..``.
+        location: The file, object URL or container it is read from (for messages too).
+        size: Estimated bytes of the sample (for cutting shards by size).
+        label: Class index, or -1 for none.
+        start: Byte offset of the sample inside ``location`` (for container formats).
+        length: Byte length inside ``location``; -1 means the whole file or object.
+        extra: Reader-specific details (for example the member layout of a tar sample).
+    """
+
+    key: str
+    location: str
+    size: int
+    label: int = -1
+    start: int = 0
+    length: int = -1
+    extra: tuple[tuple[str, int, int], ...] = field(default=())
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One sample's bytes, ready for the shard writer.
+
+    Attributes:
+        key: As in its :class:`SampleRef`.
+        fields: Extension (``"jpg"``, ``"png"``, ``"cls"``, ``"json"``, ...) -> bytes, in the
+            order the members will be written.
+        label: Class index, or -1.
+    """
+
+    key: str
+    fields: dict[str, bytes]
+    label: int = -1
+
+
+class SampleReader(Protocol):
+    """A foreign input: lists references cheaply and reads any one of them.
+
+    Readers raise :class:`~stoker.errors.SourceError` for bad input (an unreadable file, a
+    bad CRC, an empty class folder, a duplicate key), naming the file or record.
+    """
+
+    @property
+    def description(self) -> str:
+        """What was read, for summaries (``"image folder s3://b/train (1,000 files)"``)."""
+        ...
+
+    @property
+    def class_names(self) -> Sequence[str]:
+        """Class names, indexed by label; empty if the input has no classes."""
+        ...
+
+    def refs(self) -> list[SampleRef]:
+        """Every sample of the input, in the input's own deterministic order."""
+        ...
+
+    def read(self, ref: SampleRef) -> Sample:
+        """Read one sample's bytes."""
+        ...

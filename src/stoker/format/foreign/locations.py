@@ -1,0 +1,120 @@
+"""Read bytes from a location that is either a local path or an object URL.
+
+Foreign readers name their inputs by location strings (``/data/train.tfrecord``,
+``s3://bucket/train/00001.tar``). :class:`LocationReader` opens one store per bucket lazily
+and reads whole objects or byte ranges; local files are read with plain file I/O. It holds
+no open connections when pickled, so readers that carry one can be sent to other processes.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from stoker.errors import SourceError
+from stoker.storage import Store, open_store, parse_url
+from stoker.storage.base import ObjectMeta
+
+
+def is_remote(location: str) -> bool:
+    """Whether ``location`` is an object URL rather than a local path."""
+    return "://" in location and not location.startswith("file://")
+
+
+class LocationReader:
+    """Reads local files and objects by location string.
+
+    Args:
+        storage_options: Options for every store it opens (see :func:`stoker.open_store`).
+    """
+
+    def __init__(self, storage_options: Mapping[str, Any] | None = None) -> None:
+        self._options = dict(storage_options or {})
+        self._stores: dict[str, Store] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"options": self._options}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._options = state["options"]
+        self._stores = {}
+
+    def store_for(self, location: str) -> tuple[Store, str]:
+        """The store of ``location``'s bucket and the key inside it."""
+        url = parse_url(location)
+        root = f"{url.scheme}://{url.bucket}"
+        store = self._stores.get(root)
+        if store is None:
+            store = self._stores[root] = open_store(root, storage_options=self._options)
+        return store, url.prefix
+
+    def read(self, location: str, start: int = 0, length: int = -1) -> bytes:
+        """Bytes ``[start, start + length)`` of the location (all of it for length -1).
+
+        Raises:
+            SourceError: The file or object cannot be read; the message names it.
+        """
+        try:
+            if not is_remote(location):
+                path = Path(location.removeprefix("file://"))
+                with open(path, "rb") as f:
+                    if start:
+                        f.seek(start)
+                    data = f.read() if length < 0 else f.read(length)
+                if length >= 0 and len(data) != length:
+                    raise SourceError(
+                        f"{location}: expected {length} bytes at offset {start}, "
+                        f"file ends after {len(data)}"
+                    )
+                return data
+            store, key = self.store_for(location)
+            if length < 0 and start == 0:
+                return bytes(store.get(key))
+            if length < 0:
+                length = store.head(key).size - start
+            if length == 0:
+                return b""
+            return bytes(store.get_range(key, start=start, end=start + length))
+        except SourceError:
+            raise
+        except (OSError, ValueError) as exc:
+            raise SourceError(f"{location}: cannot read: {exc}") from exc
+
+    def list(self, location: str, suffixes: tuple[str, ...] = ()) -> list[tuple[str, int]]:
+        """Files or objects under ``location`` (recursively) as ``(location, size)``, sorted.
+
+        Only names ending in one of ``suffixes`` are kept, if any are given.
+        """
+        found: list[tuple[str, int]] = []
+        if not is_remote(location):
+            root = Path(location.removeprefix("file://"))
+            if root.is_file():
+                return [(str(root), root.stat().st_size)]
+            for path in _walk(root):
+                if not suffixes or path.name.lower().endswith(suffixes):
+                    found.append((str(path), path.stat().st_size))
+            return sorted(found)
+        url = parse_url(location)
+        store = open_store(str(url), storage_options=self._options)
+        metas: Iterator[ObjectMeta] = store.list("")
+        for meta in metas:
+            if not suffixes or meta.key.lower().endswith(suffixes):
+                found.append((url.child(meta.key), meta.size))
+        if not found and url.prefix:
+            # Perhaps the URL names one object rather than a prefix.
+            store, key = self.store_for(location)
+            try:
+                return [(location, store.head(key).size)]
+            except FileNotFoundError:
+                return []
+        return sorted(found)
+
+
+def _walk(root: Path) -> Iterator[Path]:
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for name in sorted(filenames):
+            if not name.startswith("."):
+                yield Path(dirpath, name)
