@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from stoker.storage.base import Store
-from stoker.storage.engine import IOEngine
+from stoker.storage.engine import IOEngine, default_engine
 from stoker.storage.memory import named_memory_store
 from stoker.storage.options import StorageOptions
 from stoker.storage.remote import ObstoreStore
@@ -47,3 +47,14 @@ def open_store(
             raise ValueError(f"memory:// URLs take a name only, got {str(parsed)!r}")
         return named_memory_store(parsed.bucket)
     return ObstoreStore(build_native(parsed, options), parsed, options=options, engine=engine)
+
+
+def engine_for(store: Store, engine: IOEngine | None = None) -> IOEngine:
+    """The engine to run ``store``'s async methods on.
+
+    An obstore-backed store must run on its own engine's loop; any other store runs on
+    ``engine`` or the process's shared engine.
+    """
+    if isinstance(store, ObstoreStore):
+        return store.engine
+    return engine or default_engine()

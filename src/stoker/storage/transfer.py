@@ -28,7 +28,8 @@ from typing import Any, Literal, Protocol
 from stoker.errors import StokerError, TransferError
 from stoker.storage.base import ObjectMeta, Store
 from stoker.storage.checksum import etag_matches, md5_hex
-from stoker.storage.engine import IOEngine, default_engine
+from stoker.storage.engine import IOEngine
+from stoker.storage.open import engine_for
 from stoker.storage.options import StorageOptions
 from stoker.storage.remote import ObstoreStore
 
@@ -181,13 +182,6 @@ def _part_size(store: Store) -> tuple[int, int]:
     return options.part_size_bytes, options.multipart_threshold_bytes
 
 
-def _engine_for(store: Store, engine: IOEngine | None) -> IOEngine:
-    # An obstore-backed store must run on its own engine's loop.
-    if isinstance(store, ObstoreStore):
-        return store.engine
-    return engine or default_engine()
-
-
 async def _run_pool(items: Iterable[Any], workers: int, job: Any) -> None:
     iterator: Iterator[Any] = iter(items)
 
@@ -305,7 +299,7 @@ def download(
     dst = Path(dst_dir).expanduser().resolve()
     dst.mkdir(parents=True, exist_ok=True)
     report = TransferReport(direction="download", source=store.url, destination=str(dst))
-    run_engine = _engine_for(store, engine)
+    run_engine = engine_for(store, engine)
     started = time.perf_counter()
     run_engine.run(_download(store, dst, config, progress or _NoProgress(), report))
     report.seconds = time.perf_counter() - started
@@ -418,7 +412,7 @@ def upload(
     if not src.is_dir():
         raise NotADirectoryError(f"{src}: not a directory")
     report = TransferReport(direction="upload", source=str(src), destination=store.url)
-    run_engine = _engine_for(store, engine)
+    run_engine = engine_for(store, engine)
     started = time.perf_counter()
     files = _walk(src, config)
     report.files_total = len(files)

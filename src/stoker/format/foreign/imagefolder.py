@@ -1,0 +1,141 @@
+"""An image folder (one sub-folder per class), local or under a bucket prefix."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from stoker.errors import SourceError
+from stoker.format.foreign.base import Sample, SampleRef
+from stoker.format.foreign.locations import LocationReader, is_remote
+from stoker.format.spec import normalise_extension
+from stoker.storage import open_store
+from stoker.storage.base import ObjectMeta
+from stoker.storage.open import engine_for
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff")
+
+
+def sample_key(relative: str) -> str:
+    """The shard key of a file: its relative path without extension, dots made ``_``."""
+    stem = relative.rsplit(".", 1)[0] if "." in relative.rsplit("/", 1)[-1] else relative
+    return stem.replace(".", "_")
+
+
+class ImageFolderReader:
+    """Reads ``ROOT/CLASS/IMAGE`` trees; labels are class folders in sorted order.
+
+    Images directly under the root (no class folders) are read without labels. A bucket
+    prefix is listed with one request per class folder, all in flight at once.
+
+    Args:
+        location: Local directory or bucket URL (``s3://bucket/train``).
+        storage_options: See :func:`stoker.open_store`.
+        on_error: ``"raise"`` stops at an empty class folder or a duplicate key;
+            ``"skip"`` records it in :attr:`problems` and goes on.
+    """
+
+    def __init__(
+        self,
+        location: str,
+        *,
+        storage_options: Mapping[str, Any] | None = None,
+        on_error: Literal["raise", "skip"] = "raise",
+    ) -> None:
+        self._location = location.rstrip("/")
+        self._options = dict(storage_options or {})
+        self._on_error = on_error
+        self._files = LocationReader(storage_options)
+        self._class_names: list[str] = []
+        self._count = 0
+        self.problems: list[dict[str, str]] = []
+
+    @property
+    def description(self) -> str:
+        return f"image folder {self._location} ({self._count:,} images)"
+
+    @property
+    def class_names(self) -> Sequence[str]:
+        return self._class_names
+
+    def _problem(self, key: str, location: str, reason: str) -> None:
+        if self._on_error == "raise":
+            raise SourceError(f"{location}: {reason}")
+        self.problems.append({"key": key, "source": location, "reason": reason})
+
+    def refs(self) -> list[SampleRef]:
+        """List every image (each class folder listed concurrently for buckets)."""
+        files, folders = self._list_remote() if is_remote(self._location) else self._list_local()
+        if not files:
+            raise SourceError(f"{self._location}: no images found ({', '.join(IMAGE_EXTENSIONS)})")
+        classes = sorted({rel.split("/", 1)[0] for rel, _ in files if "/" in rel})
+        folders_with_images = {rel.split("/", 1)[0] for rel, _ in files if "/" in rel}
+        for folder in folders:
+            if folder not in folders_with_images:
+                self._problem(folder, f"{self._location}/{folder}", "class folder has no images")
+        self._class_names = classes
+        label_of = {name: i for i, name in enumerate(classes)}
+        refs: list[SampleRef] = []
+        seen: dict[str, str] = {}
+        for rel, size in sorted(files):
+            key = sample_key(rel)
+            location = f"{self._location}/{rel}"
+            if key in seen:
+                self._problem(key, location, f"duplicate key {key!r} (also {seen[key]})")
+                continue
+            seen[key] = location
+            label = label_of[rel.split("/", 1)[0]] if "/" in rel else -1
+            refs.append(SampleRef(key=key, location=location, size=size, label=label))
+        self._count = len(refs)
+        return refs
+
+    def _list_local(self) -> tuple[list[tuple[str, int]], list[str]]:
+        root = Path(self._location.removeprefix("file://"))
+        if not root.is_dir():
+            raise SourceError(f"{root}: not a directory")
+        folders = sorted(
+            p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")
+        )
+        found = []
+        for dirpath, dirnames, filenames in os.walk(root):
+            dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+            for name in filenames:
+                if name.lower().endswith(IMAGE_EXTENSIONS) and not name.startswith("."):
+                    path = Path(dirpath, name)
+                    found.append((path.relative_to(root).as_posix(), path.stat().st_size))
+        return found, folders
+
+    def _list_remote(self) -> tuple[list[tuple[str, int]], list[str]]:
+        store = open_store(self._location, storage_options=self._options)
+        top = store.list_dir("")
+        prefixes = list(top.prefixes)
+
+        async def list_all() -> list[list[ObjectMeta]]:
+            async def one(prefix: str) -> list[ObjectMeta]:
+                found: list[ObjectMeta] = []
+                async for page in store.list_async(prefix):
+                    found.extend(page)
+                return found
+
+            return await asyncio.gather(*(one(p) for p in prefixes))
+
+        metas = list(top.objects)
+        if prefixes:
+            for part in engine_for(store).run(list_all()):
+                metas.extend(part)
+        found = []
+        for meta in metas:  # keys are relative to the store's root, the folder
+            if meta.key.lower().endswith(IMAGE_EXTENSIONS):
+                found.append((meta.key, meta.size))
+        return found, [p.rsplit("/", 1)[-1] for p in prefixes]
+
+    def read(self, ref: SampleRef) -> Sample:
+        data = self._files.read(ref.location)
+        ext = normalise_extension(ref.location.rsplit(".", 1)[-1])
+        fields = {ext: data}
+        if ref.label >= 0:
+            fields["cls"] = str(ref.label).encode()
+        return Sample(key=ref.key, fields=fields, label=ref.label)

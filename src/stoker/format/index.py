@@ -1,0 +1,242 @@
+"""The dataset index: a JSON manifest plus compact binary arrays, written last.
+
+``index.bin`` holds, for N samples, little-endian arrays in this order after an 8-byte magic
+and the uint64 count: shard id (uint32), offset (uint64), length (uint64), label (int64),
+CRC-32 (uint32), key offsets (uint64, N + 1 entries) and the UTF-8 key blob. ``index.json``
+names everything else and carries the SHA-256 of ``index.bin``; writing it is the commit
+point. See docs/FORMAT.md. Nothing here unpickles anything.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from dataclasses import dataclass, field
+from typing import Any, TypedDict
+
+import numpy as np
+
+from stoker.errors import ShardFormatError
+from stoker.format.spec import (
+    ARRAYS_MAGIC,
+    ARRAYS_NAME,
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    MANIFEST_NAME,
+)
+from stoker.format.writer import ShardRecord
+from stoker.storage.base import Store
+
+_ARRAYS = (
+    ("shard", "<u4"),
+    ("offset", "<u8"),
+    ("length", "<u8"),
+    ("label", "<i8"),
+    ("crc32", "<u4"),
+)
+
+
+class ShardJSON(TypedDict):
+    """One shard in the manifest."""
+
+    name: str
+    samples: int
+    bytes: int
+    sha256: str
+
+
+@dataclass(frozen=True, slots=True)
+class ShardEntry:
+    """One shard as the index describes it."""
+
+    name: str
+    samples: int
+    size: int
+    sha256: str
+
+
+@dataclass(slots=True)
+class DatasetIndex:
+    """Everything needed to read any sample with one ranged GET.
+
+    Attributes:
+        shards: Shards in order.
+        class_names: Names indexed by label.
+        fields: Field extensions seen, with how many samples have each.
+        shard: Shard id of each sample.
+        offset: Byte offset of each sample's span in its shard.
+        length: Byte length of each sample's span.
+        label: Label of each sample (-1 for none).
+        crc32: CRC-32 of each sample's span.
+        keys: Key of each sample.
+        packed_with: Parameters of the pack that made it (free-form, for humans).
+        skipped: Inputs left out with ``on_error="skip"``: dicts with key, source, reason.
+    """
+
+    shards: list[ShardEntry]
+    class_names: list[str]
+    fields: dict[str, int]
+    shard: np.ndarray
+    offset: np.ndarray
+    length: np.ndarray
+    label: np.ndarray
+    crc32: np.ndarray
+    keys: list[str]
+    packed_with: dict[str, Any] = field(default_factory=dict)
+    skipped: list[dict[str, str]] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    @classmethod
+    def from_shards(
+        cls,
+        records: list[ShardRecord],
+        *,
+        class_names: list[str],
+        fields: dict[str, int],
+        packed_with: dict[str, Any] | None = None,
+        skipped: list[dict[str, str]] | None = None,
+    ) -> DatasetIndex:
+        """Build the index of complete shards, in the order given."""
+        samples = [(i, s) for i, record in enumerate(records) for s in record.samples]
+        return cls(
+            shards=[ShardEntry(r.name, len(r.samples), r.size, r.sha256) for r in records],
+            class_names=list(class_names),
+            fields=dict(sorted(fields.items())),
+            shard=np.array([i for i, _ in samples], dtype="<u4"),
+            offset=np.array([s.offset for _, s in samples], dtype="<u8"),
+            length=np.array([s.length for _, s in samples], dtype="<u8"),
+            label=np.array([s.label for _, s in samples], dtype="<i8"),
+            crc32=np.array([s.crc32 for _, s in samples], dtype="<u4"),
+            keys=[s.key for _, s in samples],
+            packed_with=dict(packed_with or {}),
+            skipped=list(skipped or []),
+        )
+
+    def arrays_bytes(self) -> bytes:
+        """Encode the per-sample arrays as ``index.bin``."""
+        count = len(self.keys)
+        encoded = [k.encode("utf-8") for k in self.keys]
+        key_offsets = np.zeros(count + 1, dtype="<u8")
+        np.cumsum([len(k) for k in encoded], out=key_offsets[1:])
+        parts = [ARRAYS_MAGIC, np.uint64(count).astype("<u8").tobytes()]
+        for name, dtype in _ARRAYS:
+            parts.append(np.ascontiguousarray(getattr(self, name), dtype=dtype).tobytes())
+        parts += [key_offsets.tobytes(), b"".join(encoded)]
+        return b"".join(parts)
+
+    def manifest(self, arrays: bytes) -> dict[str, Any]:
+        """The JSON manifest for these arrays."""
+        shards: list[ShardJSON] = [
+            {"name": s.name, "samples": s.samples, "bytes": s.size, "sha256": s.sha256}
+            for s in self.shards
+        ]
+        return {
+            "format": FORMAT_NAME,
+            "version": FORMAT_VERSION,
+            "samples": len(self.keys),
+            "class_names": self.class_names,
+            "fields": self.fields,
+            "shards": shards,
+            "arrays": {
+                "name": ARRAYS_NAME,
+                "bytes": len(arrays),
+                "sha256": hashlib.sha256(arrays).hexdigest(),
+            },
+            "packed_with": self.packed_with,
+            "skipped": self.skipped,
+        }
+
+
+def write_index(store: Store, index: DatasetIndex) -> None:
+    """Write ``index.bin``, then ``index.json`` (the commit point)."""
+    arrays = index.arrays_bytes()
+    store.put(ARRAYS_NAME, arrays)
+    manifest = json.dumps(index.manifest(arrays), indent=1, ensure_ascii=False)
+    store.put(MANIFEST_NAME, manifest.encode("utf-8"))
+
+
+def read_index(store: Store) -> DatasetIndex:
+    """Read a dataset's index with two GETs and no LIST.
+
+    Raises:
+        FileNotFoundError: The dataset has no ``index.json`` (not packed, or not finished).
+        ShardFormatError: The index is malformed, from a newer format version, or its
+            arrays do not match the manifest.
+    """
+    where = f"{store.url}/{MANIFEST_NAME}"
+    try:
+        manifest = json.loads(bytes(store.get(MANIFEST_NAME)))
+    except FileNotFoundError as exc:
+        raise FileNotFoundError(
+            f"{where}: no index; is this a packed stoker dataset, and did its pack finish?"
+        ) from exc
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ShardFormatError(f"{where}: not valid JSON: {exc}") from exc
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
+        raise ShardFormatError(f"{where}: not a {FORMAT_NAME} manifest")
+    version = manifest.get("version")
+    if not isinstance(version, int) or version > FORMAT_VERSION:
+        raise ShardFormatError(
+            f"{where}: format version {version} is newer than this stoker reads "
+            f"({FORMAT_VERSION}); upgrade stoker"
+        )
+    try:
+        arrays_meta = manifest["arrays"]
+        arrays = bytes(store.get(arrays_meta["name"]))
+        shards = [
+            ShardEntry(s["name"], int(s["samples"]), int(s["bytes"]), s["sha256"])
+            for s in manifest["shards"]
+        ]
+    except (KeyError, TypeError) as exc:
+        raise ShardFormatError(f"{where}: missing or malformed entry {exc}") from exc
+    if hashlib.sha256(arrays).hexdigest() != arrays_meta.get("sha256"):
+        raise ShardFormatError(
+            f"{store.url}/{arrays_meta['name']}: checksum does not match {MANIFEST_NAME} "
+            f"(an index from another dataset, or a partial write)"
+        )
+    index = _decode_arrays(arrays, where=f"{store.url}/{arrays_meta['name']}")
+    index.shards = shards
+    index.class_names = list(manifest.get("class_names", []))
+    index.fields = dict(manifest.get("fields", {}))
+    index.packed_with = dict(manifest.get("packed_with", {}))
+    index.skipped = list(manifest.get("skipped", []))
+    if len(index) != manifest.get("samples") or sum(s.samples for s in shards) != len(index):
+        raise ShardFormatError(f"{where}: sample counts disagree with {ARRAYS_NAME}")
+    return index
+
+
+def _decode_arrays(data: bytes, *, where: str) -> DatasetIndex:
+    if data[:8] != ARRAYS_MAGIC or len(data) < 16:
+        raise ShardFormatError(f"{where}: bad magic {data[:8]!r}")
+    count = int(np.frombuffer(data, dtype="<u8", count=1, offset=8)[0])
+    position = 16
+    columns: dict[str, np.ndarray] = {}
+    for name, dtype in (*_ARRAYS, ("key_offsets", "<u8")):
+        n = count + 1 if name == "key_offsets" else count
+        size = np.dtype(dtype).itemsize * n
+        if position + size > len(data):
+            raise ShardFormatError(f"{where}: truncated ({name} runs past the end)")
+        columns[name] = np.frombuffer(data, dtype=dtype, count=n, offset=position)
+        position += size
+    blob = data[position:]
+    key_offsets = columns["key_offsets"]
+    if count and int(key_offsets[-1]) != len(blob):
+        raise ShardFormatError(
+            f"{where}: key blob is {len(blob)} bytes, expected {key_offsets[-1]}"
+        )
+    bounds = key_offsets.tolist()
+    keys = [blob[a:b].decode("utf-8") for a, b in itertools.pairwise(bounds)]
+    return DatasetIndex(
+        shards=[],
+        class_names=[],
+        fields={},
+        shard=columns["shard"],
+        offset=columns["offset"],
+        length=columns["length"],
+        label=columns["label"],
+        crc32=columns["crc32"],
+        keys=keys,
+    )

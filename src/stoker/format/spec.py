@@ -1,0 +1,45 @@
+"""Constants of the shard and index format; docs/FORMAT.md is the byte-level spec."""
+
+from __future__ import annotations
+
+import re
+
+FORMAT_NAME = "stoker-shards"
+FORMAT_VERSION = 1
+
+MANIFEST_NAME = "index.json"
+ARRAYS_NAME = "index.bin"
+ARRAYS_MAGIC = b"STKIDX01"
+PACK_STATE_DIR = "_stoker"
+
+TAR_BLOCK = 512
+# Members carry this fixed time so that packing the same input twice gives identical shards.
+MEMBER_MTIME = 0
+
+_KEY = re.compile(r"^[^./][^.]*$")
+
+
+def shard_name(index: int) -> str:
+    """Object name of shard number ``index``: ``shard-000000.tar``."""
+    return f"shard-{index:06d}.tar"
+
+
+def check_key(key: str) -> None:
+    """Raise ValueError unless ``key`` can be a WebDataset sample key in our shards.
+
+    A key has no ``.`` (WebDataset splits member names at the first dot), does not start
+    with ``/``, has no empty or ``..`` segments, and is at most 200 bytes of UTF-8.
+    """
+    if not _KEY.match(key) or any(part in ("", "..") for part in key.split("/")):
+        raise ValueError(
+            f"invalid sample key {key!r}: keys may not contain '.', start with '/', "
+            f"or have empty or '..' segments"
+        )
+    if len(key.encode("utf-8")) > 200:
+        raise ValueError(f"sample key {key[:40]!r}... is longer than 200 bytes")
+
+
+def normalise_extension(ext: str) -> str:
+    """Lower-case field extension with common aliases folded (``JPEG`` -> ``jpg``)."""
+    ext = ext.lower().lstrip(".")
+    return {"jpeg": "jpg", "tif": "tiff"}.get(ext, ext)
