@@ -355,6 +355,18 @@ def demo_command(files: int, rtt_ms: float, workers: int, as_json: bool) -> None
         click.echo(json.dumps(result, indent=2))
 
 
+def _register() -> None:
+    from stoker.cli.dataset import index_command, inspect_command, pack_command, verify_command
+
+    for command in (pack_command, inspect_command, verify_command, index_command):
+        if command.callback is not None:
+            command.callback = handle_errors(command.callback)
+        cli.add_command(command)
+
+
+_register()
+
+
 def main() -> None:
     """Entry point of the ``stoker`` script."""
     cli(prog_name="stoker")

@@ -12,7 +12,7 @@ from stoker.errors import SourceError
 from stoker.format.foreign.base import Sample, SampleRef
 from stoker.format.foreign.locations import LocationReader, is_remote
 from stoker.format.spec import normalise_extension
-from stoker.storage import open_store
+from stoker.storage import StorageOptions, open_store
 from stoker.storage.base import ObjectMeta
 from stoker.storage.open import engine_for
 
@@ -42,11 +42,11 @@ class ImageFolderReader:
         self,
         location: str,
         *,
-        storage_options: Mapping[str, Any] | None = None,
+        storage_options: Mapping[str, Any] | StorageOptions | None = None,
         on_error: Literal["raise", "skip"] = "raise",
     ) -> None:
         self._location = location.rstrip("/")
-        self._options = dict(storage_options or {})
+        self._options = storage_options
         self._on_error = on_error
         self._files = LocationReader(storage_options)
         self._class_names: list[str] = []

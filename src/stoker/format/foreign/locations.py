@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from stoker.errors import SourceError
-from stoker.storage import Store, open_store, parse_url
+from stoker.storage import StorageOptions, Store, open_store, parse_url
 from stoker.storage.base import ObjectMeta
 
 
@@ -30,8 +30,8 @@ class LocationReader:
         storage_options: Options for every store it opens (see :func:`stoker.open_store`).
     """
 
-    def __init__(self, storage_options: Mapping[str, Any] | None = None) -> None:
-        self._options = dict(storage_options or {})
+    def __init__(self, storage_options: Mapping[str, Any] | StorageOptions | None = None) -> None:
+        self._options = storage_options
         self._stores: dict[str, Store] = {}
 
     def __getstate__(self) -> dict[str, Any]:

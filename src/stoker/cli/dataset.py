@@ -1,0 +1,312 @@
+"""``stoker pack``, ``inspect``, ``verify`` and ``index``: making and checking datasets."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+from rich.table import Table
+
+from stoker.core.units import format_bytes
+from stoker.format.reader import open_dataset
+from stoker.pack.indexer import index_webdataset
+from stoker.pack.packer import DEFAULT_SHARD_BYTES, PackConfig, pack
+from stoker.pack.reencode import ImagePolicy
+from stoker.pack.sources import FORMATS
+
+
+def parse_size(text: str) -> int:
+    """``"128MB"`` -> 128000000; ``"64MiB"``, ``"1.5GB"``, plain bytes."""
+    units = {
+        "": 1,
+        "b": 1,
+        "kb": 10**3,
+        "mb": 10**6,
+        "gb": 10**9,
+        "kib": 2**10,
+        "mib": 2**20,
+        "gib": 2**30,
+    }
+    value = text.strip().lower()
+    number = value.rstrip("kmgib")
+    unit = value[len(number) :]
+    if unit not in units:
+        raise click.BadParameter(f"{text!r}: use a size such as 128MB or 64MiB")
+    try:
+        return int(float(number) * units[unit])
+    except ValueError as exc:
+        raise click.BadParameter(f"{text!r}: use a size such as 128MB or 64MiB") from exc
+
+
+def _storage(ctx: click.Context) -> Any:
+    return ctx.obj.storage_options
+
+
+@click.command("pack")
+@click.argument("src")
+@click.argument("dst_url")
+@click.option(
+    "--format",
+    "source_format",
+    type=click.Choice(FORMATS),
+    default="auto",
+    show_default=True,
+    help="Input format; auto guesses from names and says so.",
+)
+@click.option(
+    "--shard-size",
+    default=f"{DEFAULT_SHARD_BYTES // 10**6}MB",
+    show_default=True,
+    help="Target shard size (input bytes), e.g. 64MB, 256MiB.",
+)
+@click.option("--samples-per-shard", type=click.IntRange(1), help="Cut shards by count.")
+@click.option(
+    "--resize",
+    "resize_shorter",
+    type=click.IntRange(1),
+    metavar="SHORTER_SIDE",
+    help="Scale images so the shorter side is this many pixels (never enlarges).",
+)
+@click.option("--max-side", type=click.IntRange(1), help="Scale so the longer side fits.")
+@click.option(
+    "--quality",
+    type=click.IntRange(1, 100),
+    help="Re-encode images as JPEG at this quality (default: keep original bytes).",
+)
+@click.option("--shuffle-seed", type=int, help="Pack in a seeded random order.")
+@click.option(
+    "--workers",
+    type=click.IntRange(1, 1024),
+    default=32,
+    show_default=True,
+    help="Samples read at once.",
+)
+@click.option(
+    "--engine",
+    type=click.Choice(["local", "ray"]),
+    default="local",
+    show_default=True,
+    help="Local threads, or Ray tasks writing whole shards.",
+)
+@click.option(
+    "--on-error",
+    type=click.Choice(["raise", "skip"]),
+    default="raise",
+    show_default=True,
+    help="Stop at the first bad input, or skip it and record why in the manifest.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@click.option("--no-progress", is_flag=True, help="Do not show the progress bar.")
+@click.pass_context
+def pack_command(
+    ctx: click.Context,
+    src: str,
+    dst_url: str,
+    source_format: str,
+    shard_size: str,
+    samples_per_shard: int | None,
+    resize_shorter: int | None,
+    max_side: int | None,
+    quality: int | None,
+    shuffle_seed: int | None,
+    workers: int,
+    engine: str,
+    on_error: str,
+    as_json: bool,
+    no_progress: bool,
+) -> None:
+    """Pack SRC (image folder, CSV/JSONL list, WebDataset tars, TFRecord, HDF5; local or in a
+    bucket) into indexed tar shards at DST_URL.
+
+    Shards are written whole and the index last, so an interrupted pack never leaves an index
+    that points at a partial shard; rerunning the same command resumes where it stopped.
+    """
+    config = PackConfig(
+        max_shard_bytes=parse_size(shard_size),
+        samples_per_shard=samples_per_shard,
+        images=ImagePolicy(resize_shorter=resize_shorter, max_side=max_side, quality=quality),
+        shuffle_seed=shuffle_seed,
+        workers=workers,
+        engine=engine,  # type: ignore[arg-type]
+        on_error=on_error,  # type: ignore[arg-type]
+    )
+    show = not no_progress and not as_json and sys.stderr.isatty()
+    bar = Progress(
+        "pack",
+        BarColumn(),
+        MofNCompleteColumn(),
+        "samples",
+        TimeRemainingColumn(),
+        console=Console(stderr=True),
+        disable=not show,
+    )
+    task = bar.add_task("pack", total=None)
+
+    def progress(total: int, samples: int, _nbytes: int) -> None:
+        bar.update(task, total=total, advance=samples)
+
+    with bar:
+        report = pack(
+            src,
+            dst_url,
+            config=config,
+            source_format=source_format,
+            storage_options=_storage(ctx),
+            progress=progress,
+        )
+    if as_json:
+        click.echo(json.dumps(report.to_dict(), indent=2))
+        return
+    click.echo(f"Read {report.source} as {report.source_format}.")
+    click.echo(
+        f"Packed {report.samples:,} samples into {report.shards} shards at {report.destination} "
+        f"in {report.seconds:.1f} s ({report.samples / max(report.seconds, 1e-9):,.0f} samples/s); "
+        f"read {format_bytes(report.bytes_in)}, wrote {format_bytes(report.bytes_out)}"
+        + (
+            f"; {report.shards_reused} shards reused from an earlier run"
+            if report.shards_reused
+            else ""
+        )
+        + "."
+    )
+    if report.skipped:
+        click.echo(f"Skipped {len(report.skipped)} inputs (listed in index.json):", err=True)
+        for item in report.skipped[:20]:
+            click.echo(f"  {item['source']}: {item['reason']}", err=True)
+
+
+@click.command("inspect")
+@click.argument("url")
+@click.option("--json", "as_json", is_flag=True, help="Print everything as JSON.")
+@click.pass_context
+def inspect_command(ctx: click.Context, url: str, as_json: bool) -> None:
+    """Summarise a packed dataset: samples, classes, fields and shards (two GETs)."""
+    dataset = open_dataset(url, storage_options=_storage(ctx))
+    index = dataset.index
+    counts: dict[int, int] = {}
+    for label in index.label.tolist():
+        counts[label] = counts.get(label, 0) + 1
+    names = dataset.class_names
+    classes = {(names[k] if 0 <= k < len(names) else str(k)): v for k, v in sorted(counts.items())}
+    total_bytes = sum(s.size for s in dataset.shards)
+    summary = {
+        "url": dataset.url,
+        "samples": len(dataset),
+        "shards": len(dataset.shards),
+        "bytes": total_bytes,
+        "fields": index.fields,
+        "classes": classes,
+        "skipped": len(index.skipped),
+        "packed_with": index.packed_with,
+        "shard_table": [
+            {"name": s.name, "samples": s.samples, "bytes": s.size, "sha256": s.sha256}
+            for s in dataset.shards
+        ],
+    }
+    if as_json:
+        click.echo(json.dumps(summary, indent=2))
+        return
+    console = Console()
+    console.print(
+        f"[bold]{dataset.url}[/]: {len(dataset):,} samples in {len(dataset.shards)} "
+        f"shards, {format_bytes(total_bytes)}; fields {index.fields}; "
+        f"{len(index.skipped)} inputs skipped at pack time"
+    )
+    table = Table("class", "samples")
+    for name, count in classes.items():
+        table.add_row(name, f"{count:,}")
+    console.print(table)
+    shards = Table("shard", "samples", "bytes", "sha256")
+    for entry in dataset.shards[:50]:
+        shards.add_row(
+            entry.name, f"{entry.samples:,}", format_bytes(entry.size), entry.sha256[:16]
+        )
+    console.print(shards)
+    if len(dataset.shards) > 50:
+        console.print(f"... and {len(dataset.shards) - 50} more shards (--json lists all)")
+
+
+@click.command("verify")
+@click.argument("url")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.pass_context
+def verify_command(ctx: click.Context, url: str, as_json: bool) -> None:
+    """Read every shard and check its SHA-256 and every sample's CRC-32.
+
+    Exits 1 if anything is wrong, naming each shard and sample.
+    """
+    dataset = open_dataset(url, storage_options=_storage(ctx))
+    report = dataset.verify()
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "ok": report.ok,
+                    "shards": report.shards,
+                    "samples": report.samples,
+                    "bytes": report.bytes,
+                    "corrupt": [
+                        {"shard": s, "sample": k, "problem": p} for s, k, p in report.corrupt
+                    ],
+                },
+                indent=2,
+            )
+        )
+    elif report.ok:
+        click.echo(
+            f"OK: {report.shards} shards, {report.samples:,} samples, "
+            f"{format_bytes(report.bytes)} verified."
+        )
+    else:
+        for shard, key, problem in report.corrupt:
+            click.echo(
+                f"stoker: corrupt: {shard}{' sample ' + repr(key) if key else ''}: {problem}",
+                err=True,
+            )
+    if not report.ok:
+        sys.exit(1)
+
+
+@click.command("index")
+@click.argument("url")
+@click.option(
+    "--class-name",
+    "class_names",
+    multiple=True,
+    metavar="NAME",
+    help="Class names in label order (repeat); labels come from .cls members.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@click.pass_context
+def index_command(
+    ctx: click.Context, url: str, class_names: tuple[str, ...], as_json: bool
+) -> None:
+    """Build a stoker index for existing WebDataset tars under URL, without rewriting them.
+
+    Reads each .tar once, in order; afterwards the dataset opens with two GETs and every
+    sample is one ranged GET. Tars that break WebDataset's rules (or hold unsafe member
+    names, links or devices) are refused, naming the tar and member.
+    """
+    report = index_webdataset(url, storage_options=_storage(ctx), class_names=list(class_names))
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "url": report.url,
+                    "shards": report.shards,
+                    "samples": report.samples,
+                    "bytes": report.bytes,
+                    "seconds": round(report.seconds, 3),
+                },
+                indent=2,
+            )
+        )
+        return
+    click.echo(
+        f"Indexed {report.samples:,} samples in {report.shards} shards "
+        f"({format_bytes(report.bytes)}) at {report.url} in {report.seconds:.1f} s."
+    )

@@ -1,0 +1,500 @@
+"""Read TFRecord files of ``tf.train.Example`` records, without TensorFlow or protobuf.
+
+A record is framed as a uint64 little-endian length, the masked CRC32C of those 8 bytes,
+the data, and the masked CRC32C of the data; the data is a serialized ``tf.train.Example``,
+decoded here by a small protobuf wire-format parser. :func:`write_tfrecord` is the matching
+encoder, for tests and small inputs. CRC32C comes from ``google-crc32c``
+(``pip install 'stoker[tfrecord]'``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import re
+import struct
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from stoker.errors import SourceError
+from stoker.format.foreign.base import Sample, SampleRef
+from stoker.format.foreign.locations import LocationReader, is_remote
+from stoker.storage import parse_url
+
+IMAGE_FEATURES = ("image/encoded", "image", "image_raw", "img", "jpeg", "encoded")
+LABEL_FEATURES = ("image/class/label", "label", "class", "target", "y")
+CLASS_TEXT_FEATURE = "image/class/text"
+
+# Matches the TFRecord part of a file name: a final .tfrecord(s)/.tfr or a .tfrecord- infix.
+_TFRECORD_NAME = re.compile(r"\.(tfrecords?|tfr)$|\.tfrecord(?=-)", re.IGNORECASE)
+_HEADER_BYTES = 12  # uint64 length + uint32 CRC of the length
+_CHUNK_BYTES = 16 << 20  # the scan reads a file in pieces this size, not whole
+_MAX_NAMED_LABEL = 1 << 20  # class names form a list indexed by label
+_INT64_MASK = (1 << 64) - 1
+
+FeatureValue = bytes | str | int | float | list[Any]
+
+
+def write_tfrecord(
+    path: str | os.PathLike[str], examples: Iterable[Mapping[str, FeatureValue]]
+) -> None:
+    """Write ``tf.train.Example`` records to a local TFRecord file.
+
+    ``bytes`` and ``str`` (as UTF-8) become a ``bytes_list``, ``int`` an ``int64_list``,
+    ``float`` a ``float_list``; a list becomes a list of its elements' kind (floats if any
+    element is a float). Numeric lists are packed, as TensorFlow writes them.
+
+    Args:
+        path: The file to create or overwrite.
+        examples: One mapping of feature name to value per record.
+
+    Raises:
+        ValueError: A value of another type, an empty list, or an int outside int64.
+        ImportError: ``google-crc32c`` is not installed.
+    """
+    crc = _crc32c_function()
+    with open(path, "wb") as f:
+        for example in examples:
+            entries = b"".join(
+                _field(1, _field(1, name.encode()) + _field(2, _encode_feature(name, value)))
+                for name, value in example.items()
+            )
+            data = _field(1, entries)
+            length = struct.pack("<Q", len(data))
+            f.write(length + _masked(crc(length)).to_bytes(4, "little"))
+            f.write(data + _masked(crc(data)).to_bytes(4, "little"))
+
+
+class TFRecordReader:
+    """Reads images and labels from TFRecord files of ``tf.train.Example`` records.
+
+    Each record is one sample, keyed ``{file stem}_{record index:08d}`` (``.`` becomes ``_``;
+    the folder of a file below ``location`` stays in the key). Its fields are the image under
+    ``jpg``, ``png``, ``webp`` or ``bin`` (by magic bytes); ``cls``, the label in decimal, if
+    there is one; and ``json``, an object of every other feature: one value as itself, more
+    as a list, bytes as UTF-8 text (bytes that are not UTF-8 are left out), floats that are
+    not finite as ``null``. Labels are taken as stored (1-based labels stay 1-based); -1
+    means no label.
+
+    Args:
+        location: A TFRecord file, or a folder or object prefix whose files ending in
+            ``.tfrecord``, ``.tfrecords`` or ``.tfr``, or containing ``.tfrecord-``, are
+            read in sorted order.
+        storage_options: Options for the stores of object URLs.
+        image_feature: The ``bytes_list`` feature of the encoded image (its first value).
+            If None, the first of :data:`IMAGE_FEATURES` that the record has.
+        label_feature: The ``int64_list`` feature of the label, with one value. If None,
+            the first of :data:`LABEL_FEATURES` with one value, or no label.
+        class_names: Names indexed by label. If None, built from ``image/class/text``.
+        verify_crc: Check each record's data CRC (the length CRC is always checked).
+    """
+
+    def __init__(
+        self,
+        location: str,
+        *,
+        storage_options: Mapping[str, Any] | None = None,
+        image_feature: str | None = None,
+        label_feature: str | None = None,
+        class_names: Sequence[str] | None = None,
+        verify_crc: bool = True,
+    ) -> None:
+        self._location = location
+        self._io = LocationReader(storage_options)
+        self._image_feature = image_feature
+        self._label_feature = label_feature
+        self._given_names = None if class_names is None else list(class_names)
+        self._verify_crc = verify_crc
+        self._files: list[tuple[str, int]] | None = None
+        self._refs: list[SampleRef] | None = None
+        self._record_count: int | None = None
+        self._texts: dict[int, str] = {}
+        self._top_label = -1
+
+    def __getstate__(self) -> dict[str, Any]:
+        # References can number millions, and a process that reads them needs none.
+        return {**self.__dict__, "_refs": None}
+
+    @property
+    def description(self) -> str:
+        """What is read, e.g. ``"TFRecord s3://b/train (3 files, 12,345 records)"``."""
+        files = len(self._list_files())
+        counts = f"{files:,} file{'' if files == 1 else 's'}"
+        if self._record_count is not None:
+            counts += f", {self._record_count:,} records"
+        return f"TFRecord {self._location} ({counts})"
+
+    @property
+    def class_names(self) -> Sequence[str]:
+        """The given names, or the ``image/class/text`` of each label (scans if needed).
+
+        Read names are indexed by label, up to the largest label; a label without text is
+        named by its number.
+
+        Raises:
+            SourceError: A label too large to index a list of names.
+        """
+        if self._given_names is not None:
+            return list(self._given_names)
+        if self._record_count is None:
+            self._scan()
+        top = self._top_label if self._texts else -1
+        if top >= _MAX_NAMED_LABEL:
+            raise SourceError(f"{self._location}: label {top} is too large; pass class_names")
+        return [self._texts.get(label, str(label)) for label in range(top + 1)]
+
+    def refs(self) -> list[SampleRef]:
+        """One reference per record: files in sorted order, records in file order.
+
+        Raises:
+            SourceError: No TFRecord files; or a bad CRC, a truncated or undecodable record,
+                or a record without the image or label feature, named by file, record index
+                and byte offset.
+        """
+        return list(self._scan() if self._refs is None else self._refs)
+
+    def read(self, ref: SampleRef) -> Sample:
+        """Read and decode the record that ``ref`` points to.
+
+        Raises:
+            SourceError: The bytes cannot be read, fail the data CRC, or do not decode.
+        """
+        where = f"{ref.location}: record {ref.key} at byte offset {ref.start - _HEADER_BYTES}"
+        raw = self._io.read(ref.location, ref.start, ref.length + 4)
+        data = raw[:-4]
+        if self._verify_crc:  # the file may have changed since the scan
+            _check_crc(_crc32c_function(), data, raw[-4:], where, "data")
+        example = _decode(data, where)
+        image_name, image = self._image(example, where)
+        label_name, label = self._label(example, where)
+        fields = {_image_extension(image): image}
+        if label != -1:
+            fields["cls"] = str(label).encode()
+        doc = _json_document(example, skip={image_name, label_name})
+        if doc:
+            fields["json"] = json.dumps(doc, sort_keys=True, ensure_ascii=False).encode()
+        return Sample(ref.key, fields, label)
+
+    def _list_files(self) -> list[tuple[str, int]]:
+        if self._files is None:
+            try:
+                found, root = self._io.list(self._location), _root(self._location)
+            except (OSError, ValueError) as exc:
+                raise SourceError(f"{self._location}: cannot list: {exc}") from exc
+            # A location that names one file is read whatever the file is called.
+            self._files = [
+                (path, size)
+                for path, size in found
+                if path in (root, self._location) or _TFRECORD_NAME.search(path.rsplit("/", 1)[-1])
+            ]
+            if not self._files:
+                raise SourceError(
+                    f"{self._location}: no files ending in .tfrecord, .tfrecords or .tfr, "
+                    "or containing .tfrecord-"
+                )
+        return self._files
+
+    def _scan(self) -> list[SampleRef]:
+        crc = _crc32c_function()
+        root = _root(self._location)
+        refs: list[SampleRef] = []
+        texts: dict[int, str] = {}
+        stems: dict[str, str] = {}
+        for location, size in self._list_files():
+            stem = _key_stem(location, root)
+            if stems.setdefault(stem, location) != location:
+                raise SourceError(f"{location} and {stems[stem]} both give keys {stem}_*")
+            for index, offset, data in _records(self._io, location, size, crc, self._verify_crc):
+                where = f"{location}: record {index} at byte offset {offset}"
+                example = _decode(data, where)
+                self._image(example, where)
+                label = self._label(example, where)[1]
+                text = example.bytes_lists.get(CLASS_TEXT_FEATURE)
+                if self._given_names is None and label >= 0 and text:
+                    name = text[0].decode("utf-8", errors="replace")
+                    if texts.setdefault(label, name) != name:
+                        raise SourceError(
+                            f"{where}: label {label} is {name!r}, "
+                            f"but {texts[label]!r} in an earlier record"
+                        )
+                key = f"{stem}_{index:08d}"
+                start = offset + _HEADER_BYTES
+                refs.append(SampleRef(key, location, len(data), label, start, len(data)))
+        self._refs, self._texts, self._record_count = refs, texts, len(refs)
+        self._top_label = max((ref.label for ref in refs), default=-1)
+        return refs
+
+    def _image(self, example: _Example, where: str) -> tuple[str, bytes]:
+        for name in (self._image_feature,) if self._image_feature else IMAGE_FEATURES:
+            values = example.bytes_lists.get(name)
+            if values:
+                return name, values[0]
+        wanted = repr(self._image_feature) if self._image_feature else ", ".join(IMAGE_FEATURES)
+        raise SourceError(
+            f"{where}: no image feature ({wanted}) as a non-empty bytes_list; the record has "
+            f"{example.summary() or 'no features'}; pass image_feature"
+        )
+
+    def _label(self, example: _Example, where: str) -> tuple[str | None, int]:
+        for name in (self._label_feature,) if self._label_feature else LABEL_FEATURES:
+            values = example.int64_lists.get(name)
+            if values is not None and len(values) == 1:
+                return name, values[0]
+        if self._label_feature is None:
+            return None, -1
+        raise SourceError(
+            f"{where}: label feature {self._label_feature!r} is not an int64_list of one "
+            f"value; the record has {example.summary() or 'no features'}"
+        )
+
+
+@dataclass(slots=True)
+class _Example:
+    """A decoded ``tf.train.Example``: feature name to values, by list kind."""
+
+    bytes_lists: dict[str, list[bytes]] = field(default_factory=dict)
+    float_lists: dict[str, list[float]] = field(default_factory=dict)
+    int64_lists: dict[str, list[int]] = field(default_factory=dict)
+
+    def summary(self) -> str:
+        kinds: dict[str, Mapping[str, object]] = {
+            "bytes_list": self.bytes_lists,
+            "float_list": self.float_lists,
+            "int64_list": self.int64_lists,
+        }
+        return ", ".join(
+            sorted(f"{name} ({kind})" for kind, lists in kinds.items() for name in lists)
+        )
+
+
+def _crc32c_function() -> Callable[[bytes], int]:
+    try:
+        import google_crc32c
+    except ImportError as exc:
+        raise ImportError(
+            "TFRecord files need google-crc32c: pip install 'stoker[tfrecord]'"
+        ) from exc
+    value: Callable[[bytes], int] = google_crc32c.value
+    return value
+
+
+def _masked(crc: int) -> int:
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def _check_crc(
+    crc: Callable[[bytes], int], data: bytes, stored: bytes, where: str, what: str
+) -> None:
+    expected, found = int.from_bytes(stored, "little"), _masked(crc(data))
+    if found != expected:
+        hint = " (a corrupt or compressed file?)" if what == "length" else ""
+        raise SourceError(
+            f"{where}: bad {what} CRC: stored {expected:#010x}, computed {found:#010x}{hint}"
+        )
+
+
+def _records(
+    io: LocationReader, location: str, size: int, crc: Callable[[bytes], int], verify: bool
+) -> Iterator[tuple[int, int, bytes]]:
+    """Yield ``(index, offset, data)`` per record, reading the file in chunks."""
+    buf, buf_start = b"", 0  # buf holds the file from offset buf_start on
+    offset = index = 0
+    while offset < size:
+        where = f"{location}: record {index} at byte offset {offset}"
+        if size - offset < _HEADER_BYTES:
+            raise SourceError(f"{where}: truncated header, file ends after {size - offset} bytes")
+        buf, buf_start = _fill(io, location, size, buf, buf_start, offset, offset + _HEADER_BYTES)
+        pos = offset - buf_start
+        _check_crc(crc, buf[pos : pos + 8], buf[pos + 8 : pos + 12], where, "length")
+        length = int.from_bytes(buf[pos : pos + 8], "little")
+        end = offset + _HEADER_BYTES + length + 4
+        if end > size:
+            raise SourceError(
+                f"{where}: truncated record of {length:,} data bytes; the file ends "
+                f"{size - offset:,} bytes after the record starts"
+            )
+        buf, buf_start = _fill(io, location, size, buf, buf_start, offset, end)
+        pos = offset + _HEADER_BYTES - buf_start
+        data = buf[pos : pos + length]
+        if verify:
+            _check_crc(crc, data, buf[pos + length : pos + length + 4], where, "data")
+        yield index, offset, data
+        offset, index = end, index + 1
+
+
+def _fill(
+    io: LocationReader, location: str, size: int, buf: bytes, buf_start: int, offset: int, end: int
+) -> tuple[bytes, int]:
+    """Extend ``buf`` to file offset ``end``, dropping the bytes before ``offset``."""
+    have = buf_start + len(buf)
+    if end <= have:
+        return buf, buf_start
+    length = min(max(_CHUNK_BYTES, end - have), size - have)
+    return buf[offset - buf_start :] + io.read(location, have, length), offset
+
+
+def _root(location: str) -> str:
+    """``location`` as :meth:`LocationReader.list` spells the files below it."""
+    return str(
+        parse_url(location) if is_remote(location) else Path(location.removeprefix("file://"))
+    )
+
+
+def _key_stem(location: str, root: str) -> str:
+    prefix = root.rstrip("/") + "/"
+    if location.startswith(prefix):
+        folder, _, name = location.removeprefix(prefix).rpartition("/")
+    else:  # the location named this one file
+        folder, name = "", location.rsplit("/", 1)[-1]
+    # train.tfrecord-00000-of-00010 -> train-00000-of-00010; a.tfrecord -> a
+    name = _TFRECORD_NAME.sub("", name)
+    return (f"{folder}/{name}" if folder else name).replace(".", "_")
+
+
+def _image_extension(image: bytes) -> str:
+    if image.startswith(b"\xff\xd8\xff"):
+        return "jpg"
+    if image.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "png"
+    if image[:4] == b"RIFF" and image[8:12] == b"WEBP":
+        return "webp"
+    return "bin"
+
+
+def _json_document(example: _Example, *, skip: set[str | None]) -> dict[str, object]:
+    doc: dict[str, list[Any]] = {}
+    for name, raw in example.bytes_lists.items():
+        with contextlib.suppress(UnicodeDecodeError):  # binary payloads have no JSON form
+            doc[name] = [value.decode("utf-8") for value in raw]
+    for name, floats in example.float_lists.items():
+        # str(np.float32) is the shortest text that reads back as the same float32.
+        doc[name] = [float(str(np.float32(v))) if math.isfinite(v) else None for v in floats]
+    doc.update(example.int64_lists)
+    return {
+        name: values[0] if len(values) == 1 else values
+        for name, values in doc.items()
+        if name not in skip
+    }
+
+
+# Protobuf wire format: https://protobuf.dev/programming-guides/encoding/
+
+
+def _decode(data: bytes, where: str) -> _Example:
+    example = _Example()
+    try:
+        for number, wire, start, stop in _fields(data, 0, len(data)):
+            if (number, wire) == (1, 2):  # Example.features; repeats merge, as in protobuf
+                _decode_features(data, start, stop, example)
+    except (ValueError, struct.error) as exc:
+        raise SourceError(f"{where}: not a tf.train.Example: {exc}") from exc
+    return example
+
+
+def _decode_features(data: bytes, start: int, stop: int, example: _Example) -> None:
+    for number, wire, entry_start, entry_stop in _fields(data, start, stop):
+        if (number, wire) != (1, 2):
+            continue
+        name, kind, a, b = "", 0, 0, 0
+        for entry_number, entry_wire, c, d in _fields(data, entry_start, entry_stop):
+            if (entry_number, entry_wire) == (1, 2):
+                name = data[c:d].decode("utf-8")
+            elif (entry_number, entry_wire) == (2, 2):
+                for feature_number, feature_wire, e, f in _fields(data, c, d):
+                    if feature_number in (1, 2, 3) and feature_wire == 2:
+                        kind, a, b = feature_number, e, f  # a oneof: the last one wins
+        for lists in (example.bytes_lists, example.float_lists, example.int64_lists):
+            lists.pop(name, None)  # a repeated map key: the last entry wins
+        values = [(w, c, d) for n, w, c, d in _fields(data, a, b) if n == 1]
+        if kind == 1:
+            example.bytes_lists[name] = [data[c:d] for w, c, d in values if w == 2]
+        elif kind == 2:
+            floats: list[float] = []
+            for w, c, d in values:
+                if w == 5 or (w == 2 and (d - c) % 4 == 0):  # one float, or packed floats
+                    floats.extend(struct.unpack_from(f"<{(d - c) // 4}f", data, c))
+                elif w == 2:
+                    raise ValueError(f"packed float list of {d - c} bytes")
+            example.float_lists[name] = floats
+        elif kind == 3:
+            ints: list[int] = []
+            for w, c, d in values:
+                while w == 2 and c < d:  # packed
+                    value, c = _varint(data, c, d)
+                    ints.append(_signed(value))
+                if w == 0:
+                    ints.append(_signed(c))
+            example.int64_lists[name] = ints
+
+
+def _fields(data: bytes, pos: int, stop: int) -> Iterator[tuple[int, int, int, int]]:
+    """Yield ``(number, wire type, a, b)``: a varint's value as ``a``, else its byte range."""
+    while pos < stop:
+        tag, pos = _varint(data, pos, stop)
+        number, wire = tag >> 3, tag & 7
+        if wire == 0:
+            value, pos = _varint(data, pos, stop)
+            yield number, wire, value, 0
+            continue
+        if wire == 2:
+            length, pos = _varint(data, pos, stop)
+        elif wire in (1, 5):
+            length = 8 if wire == 1 else 4
+        else:
+            raise ValueError(f"unsupported wire type {wire} at byte {pos}")
+        if pos + length > stop:
+            raise ValueError(f"field {number} overruns its message at byte {pos}")
+        yield number, wire, pos, pos + length
+        pos += length
+
+
+def _varint(data: bytes, pos: int, stop: int) -> tuple[int, int]:
+    result = shift = 0
+    while pos < stop and shift < 70:
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result & _INT64_MASK, pos
+        shift += 7
+    raise ValueError(f"bad varint ending at byte {pos}")
+
+
+def _signed(value: int) -> int:
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def _encode_feature(name: str, value: FeatureValue) -> bytes:
+    values: list[Any] = value if isinstance(value, list) else [value]
+    if not values:
+        raise ValueError(f"feature {name!r}: cannot tell the kind of an empty list")
+    if all(isinstance(v, bytes | str) for v in values):
+        return _field(
+            1, b"".join(_field(1, v.encode() if isinstance(v, str) else v) for v in values)
+        )
+    if all(isinstance(v, int) for v in values):
+        if not all(-(1 << 63) <= v < 1 << 63 for v in values):
+            raise ValueError(f"feature {name!r}: int outside int64")
+        return _field(3, _field(1, b"".join(_encode_varint(v & _INT64_MASK) for v in values)))
+    if all(isinstance(v, int | float) for v in values):
+        return _field(2, _field(1, struct.pack(f"<{len(values)}f", *values)))
+    raise ValueError(f"feature {name!r}: expected bytes, str, int, float or a list of one")
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    return _encode_varint(number << 3 | 2) + _encode_varint(len(payload)) + payload
+
+
+def _encode_varint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)

@@ -1,0 +1,381 @@
+"""pack(): foreign input -> optional resize/re-encode -> indexed shards, resumable.
+
+The run is planned before anything is read (:func:`~stoker.pack.plan.plan_shards`), so each
+shard can be written on its own: by a pool of local threads, or by Ray tasks. Commit order
+makes a crash harmless:
+
+1. ``_stoker/plan.json`` records the plan's id (input listing + arguments);
+2. each shard is written with one atomic PUT, then its record ``_stoker/shard-N.json``
+   (offsets, checksums, skipped inputs) — a record exists only for a complete shard;
+3. when every shard has its record, ``index.bin`` and then ``index.json`` are written.
+
+A rerun with the same input and arguments reads the records that exist and writes only the
+missing shards; a rerun with different ones is refused rather than mixed in.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from stoker.errors import SourceError, StokerError
+from stoker.format.foreign.base import Sample, SampleReader, SampleRef
+from stoker.format.index import DatasetIndex, write_index
+from stoker.format.spec import MANIFEST_NAME, PACK_STATE_DIR, shard_name
+from stoker.format.writer import SampleRecord, ShardRecord, ShardWriter
+from stoker.pack.plan import PackPlan, plan_shards
+from stoker.pack.reencode import IMAGE_FIELDS, ImagePolicy, process_image
+from stoker.pack.sources import open_reader
+from stoker.storage import Store, open_store
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_SHARD_BYTES = 128_000_000
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PackConfig:
+    """How to pack.
+
+    Attributes:
+        max_shard_bytes: Target shard size, cut by input bytes.
+        samples_per_shard: Cut by sample count instead.
+        images: Checking, resizing and re-encoding of images.
+        shuffle_seed: Pack in a seeded random order instead of the input's.
+        workers: Samples read at once (threads; reads release the GIL).
+        shards_in_flight: Shards built at once (each holds its bytes in memory).
+        engine: ``"local"`` threads, or ``"ray"`` tasks that each write whole shards.
+        on_error: ``"raise"`` stops at the first bad input, naming it; ``"skip"`` leaves it
+            out and records it, with the reason, in the manifest and the report.
+    """
+
+    max_shard_bytes: int = DEFAULT_SHARD_BYTES
+    samples_per_shard: int | None = None
+    images: ImagePolicy = field(default_factory=ImagePolicy)
+    shuffle_seed: int | None = None
+    workers: int = 32
+    shards_in_flight: int = 2
+    engine: Literal["local", "ray"] = "local"
+    on_error: Literal["raise", "skip"] = "raise"
+
+    def __post_init__(self) -> None:
+        if self.workers < 1 or self.shards_in_flight < 1:
+            raise ValueError("workers and shards_in_flight must be >= 1")
+        if self.engine not in ("local", "ray"):
+            raise ValueError(f"engine must be 'local' or 'ray', got {self.engine!r}")
+        if self.on_error not in ("raise", "skip"):
+            raise ValueError(f"on_error must be 'raise' or 'skip', got {self.on_error!r}")
+
+    def output_params(self) -> dict[str, Any]:
+        """The parameters that change the bytes written (part of the plan id)."""
+        return {"images": asdict(self.images)}
+
+
+@dataclass(slots=True, kw_only=True)
+class PackReport:
+    """What a pack did.
+
+    Attributes:
+        source: Description of the input.
+        source_format: The reader used (guessed or given).
+        destination: Dataset URL.
+        samples: Samples in the dataset.
+        shards: Shards in the dataset.
+        shards_reused: Shards found complete from an earlier, interrupted run.
+        bytes_in: Input bytes read in this run.
+        bytes_out: Shard bytes written in this run.
+        seconds: Wall time.
+        skipped: Inputs left out (``on_error="skip"``): key, source, reason.
+    """
+
+    source: str
+    source_format: str
+    destination: str
+    samples: int = 0
+    shards: int = 0
+    shards_reused: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    seconds: float = 0.0
+    skipped: list[dict[str, str]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        data = asdict(self)
+        data["samples_per_s"] = round(self.samples / self.seconds, 1) if self.seconds else 0.0
+        data["bytes_in_per_s"] = round(self.bytes_in / self.seconds, 1) if self.seconds else 0.0
+        return data
+
+
+ProgressCallback = Callable[[int, int], None]
+
+
+def _record_to_json(
+    record: ShardRecord, skipped: list[dict[str, str]], fields: dict[str, int], bytes_in: int
+) -> bytes:
+    return json.dumps(
+        {
+            "name": record.name,
+            "size": record.size,
+            "sha256": record.sha256,
+            "samples": [[s.key, s.label, s.offset, s.length, s.crc32] for s in record.samples],
+            "skipped": skipped,
+            "fields": fields,
+            "bytes_in": bytes_in,
+        }
+    ).encode()
+
+
+def _record_from_json(data: bytes) -> tuple[ShardRecord, list[dict[str, str]], dict[str, int]]:
+    raw = json.loads(data)
+    samples = [
+        SampleRecord(k, int(lb), int(o), int(n), int(c)) for k, lb, o, n, c in raw["samples"]
+    ]
+    return (
+        ShardRecord(raw["name"], raw["size"], raw["sha256"], samples),
+        raw["skipped"],
+        raw["fields"],
+    )
+
+
+def _prepare(sample: Sample, policy: ImagePolicy, where: str) -> Sample:
+    fields: dict[str, bytes] = {}
+    for ext, data in sample.fields.items():
+        if ext in IMAGE_FIELDS:
+            new_ext, data = process_image(data, ext, policy, where=where)
+            fields[new_ext] = data
+        else:
+            fields[ext] = data
+    return Sample(key=sample.key, fields=fields, label=sample.label)
+
+
+def write_one_shard(
+    reader: SampleReader,
+    refs: Sequence[SampleRef],
+    number: int,
+    store: Store,
+    config: PackConfig,
+    *,
+    read_pool: ThreadPoolExecutor | None = None,
+    progress: ProgressCallback | None = None,
+) -> bytes:
+    """Read, check and write shard ``number`` and its record; returns the record's JSON.
+
+    Raises:
+        SourceError: A bad input, with ``on_error="raise"``.
+    """
+
+    def load(ref: SampleRef) -> Sample | tuple[SampleRef, str]:
+        try:
+            return _prepare(reader.read(ref), config.images, ref.location)
+        except SourceError as exc:
+            if config.on_error == "raise":
+                raise
+            return ref, str(exc)
+
+    own_pool = read_pool is None
+    pool = read_pool or ThreadPoolExecutor(config.workers, thread_name_prefix="stoker-pack")
+    writer = ShardWriter(store, shard_name(number))
+    skipped: list[dict[str, str]] = []
+    fields: dict[str, int] = {}
+    bytes_in = 0
+    try:
+        for ref, loaded in zip(refs, pool.map(load, refs), strict=True):
+            if isinstance(loaded, tuple):
+                skipped.append({"key": ref.key, "source": ref.location, "reason": loaded[1]})
+            else:
+                try:
+                    writer.add(loaded)
+                except ValueError as exc:
+                    if config.on_error == "raise":
+                        raise SourceError(f"{ref.location}: {exc}") from exc
+                    skipped.append({"key": ref.key, "source": ref.location, "reason": str(exc)})
+                    continue
+                for ext in loaded.fields:
+                    fields[ext] = fields.get(ext, 0) + 1
+            size = max(ref.size, 0)
+            bytes_in += size
+            if progress is not None:
+                progress(1, size)
+    finally:
+        if own_pool:
+            pool.shutdown(wait=True, cancel_futures=True)
+    record = writer.close()
+    payload = _record_to_json(record, skipped, fields, bytes_in)
+    store.put(f"{PACK_STATE_DIR}/{shard_name(number).removesuffix('.tar')}.json", payload)
+    return payload
+
+
+def pack(
+    source: str | os.PathLike[str],
+    destination: str | os.PathLike[str],
+    *,
+    config: PackConfig | None = None,
+    source_format: str = "auto",
+    storage_options: Mapping[str, Any] | None = None,
+    progress: Callable[[int, int, int], None] | None = None,
+) -> PackReport:
+    """Pack ``source`` into indexed shards at ``destination``.
+
+    Args:
+        source: Image folder (local or bucket), CSV/JSONL list, WebDataset tars, TFRecord
+            files or an HDF5 file.
+        destination: Where the dataset goes (``s3://bucket/dataset`` or a local path).
+        config: Shard size, image handling, order, parallelism, error policy.
+        source_format: ``"auto"`` (guess from names) or one of ``"imagefolder"``,
+            ``"list"``, ``"webdataset"``, ``"tfrecord"``, ``"hdf5"``.
+        storage_options: For both source and destination (see :func:`stoker.open_store`).
+        progress: Called as ``progress(total_samples, done_samples_delta, bytes_delta)``.
+
+    Returns:
+        What was packed.
+
+    Raises:
+        SourceError: Bad input with ``on_error="raise"``; names the file or record.
+        StokerError: The destination holds a pack made from other input or arguments.
+    """
+    config = config or PackConfig()
+    started = time.perf_counter()
+    reader, fmt = open_reader(
+        os.fspath(source),
+        source_format=source_format,
+        storage_options=storage_options,
+        on_error=config.on_error,
+    )
+    refs = reader.refs()
+    plan = plan_shards(
+        refs,
+        max_shard_bytes=config.max_shard_bytes,
+        samples_per_shard=config.samples_per_shard,
+        shuffle_seed=config.shuffle_seed,
+        params=config.output_params(),
+    )
+    store = open_store(destination, storage_options=storage_options)
+    report = PackReport(source=reader.description, source_format=fmt, destination=store.url)
+    done = _resume_state(store, plan, fmt, reader.description)
+    todo = [n for n in range(len(plan.shards)) if n not in done]
+    report.shards_reused = len(done)
+    if progress is not None:
+        reused = sum(len(plan.shards[n]) for n in done)
+        progress(len(refs), reused, 0)
+    lock = threading.Lock()
+
+    def tick(samples: int, nbytes: int) -> None:
+        with lock:
+            report.bytes_in += nbytes
+        if progress is not None:
+            progress(len(refs), samples, nbytes)
+
+    payloads = dict(done)
+    shard_refs = {n: [refs[i] for i in plan.shards[n]] for n in todo}
+    if config.engine == "ray":
+        from stoker.pack.ray_engine import write_shards_with_ray
+
+        payloads.update(
+            write_shards_with_ray(reader, shard_refs, store.url, storage_options, config, tick)
+        )
+    else:
+        with (
+            ThreadPoolExecutor(config.workers, thread_name_prefix="stoker-pack-read") as reads,
+            ThreadPoolExecutor(
+                config.shards_in_flight, thread_name_prefix="stoker-pack-shard"
+            ) as shards,
+        ):
+            futures = {
+                n: shards.submit(
+                    write_one_shard,
+                    reader,
+                    shard_refs[n],
+                    n,
+                    store,
+                    config,
+                    read_pool=reads,
+                    progress=tick,
+                )
+                for n in todo
+            }
+            for n, future in futures.items():
+                payloads[n] = future.result()
+
+    records: list[ShardRecord] = []
+    fields: dict[str, int] = {}
+    skipped = list(getattr(reader, "problems", []))
+    for n in range(len(plan.shards)):
+        record, shard_skipped, shard_fields = _record_from_json(payloads[n])
+        records.append(record)
+        skipped.extend(shard_skipped)
+        for ext, count in shard_fields.items():
+            fields[ext] = fields.get(ext, 0) + count
+        if n in todo:
+            report.bytes_out += record.size
+    packed_with = {
+        "source": reader.description,
+        "format": fmt,
+        "plan_id": plan.plan_id,
+        "max_shard_bytes": config.max_shard_bytes,
+        "samples_per_shard": config.samples_per_shard,
+        "shuffle_seed": config.shuffle_seed,
+        **config.output_params(),
+    }
+    index = DatasetIndex.from_shards(
+        [r for r in records if r.samples],
+        class_names=list(reader.class_names),
+        fields=fields,
+        packed_with=packed_with,
+        skipped=skipped,
+    )
+    write_index(store, index)
+    report.samples = len(index)
+    report.shards = len(index.shards)
+    report.skipped = skipped
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _resume_state(store: Store, plan: PackPlan, fmt: str, description: str) -> dict[int, bytes]:
+    """Records of shards finished by an earlier run of the same plan."""
+    plan_key = f"{PACK_STATE_DIR}/plan.json"
+    try:
+        existing = json.loads(bytes(store.get(plan_key)))
+    except FileNotFoundError:
+        existing = None
+    if existing is not None and existing.get("plan_id") != plan.plan_id:
+        raise StokerError(
+            f"{store.url} already holds a pack of other input or arguments "
+            f"(plan {existing.get('plan_id')}, this one {plan.plan_id}); pack into a new "
+            f"destination or delete the old one first"
+        )
+    if existing is None:
+        try:
+            store.head(MANIFEST_NAME)
+        except FileNotFoundError:
+            pass
+        else:
+            raise StokerError(f"{store.url} already holds a dataset not made by this pack")
+        state = {
+            "plan_id": plan.plan_id,
+            "shards": len(plan.shards),
+            "format": fmt,
+            "source": description,
+        }
+        store.put(plan_key, json.dumps(state).encode())
+        return {}
+    done: dict[int, bytes] = {}
+    for meta in store.list(PACK_STATE_DIR):
+        name = meta.key.rsplit("/", 1)[-1]
+        if name.startswith("shard-") and name.endswith(".json"):
+            number = int(name[len("shard-") : -len(".json")])
+            if number < len(plan.shards):
+                done[number] = bytes(store.get(meta.key))
+    if done:
+        logger.info(
+            "%s: resuming; %d of %d shards already complete", store.url, len(done), len(plan.shards)
+        )
+    return done

@@ -1,0 +1,93 @@
+"""Checking, resizing and re-encoding images while packing."""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+
+from PIL import Image
+
+from stoker.errors import SourceError
+
+IMAGE_FIELDS = ("jpg", "png", "webp", "bmp", "gif", "tiff")
+DEFAULT_MAX_PIXELS = 89_478_485  # Pillow's own warning threshold: ~9,459 x 9,459
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ImagePolicy:
+    """What to do with each image while packing.
+
+    Attributes:
+        resize_shorter: Scale so the shorter side is this many pixels (never enlarges).
+        max_side: Scale so the longer side is at most this many pixels.
+        quality: Re-encode as JPEG at this quality; with a resize and no quality, 90.
+        max_pixels: Refuse images with more pixels than this (decompression bombs).
+        check: Parse every image's header even when its bytes are kept, so that an
+            undecodable file is caught at pack time rather than in training.
+    """
+
+    resize_shorter: int | None = None
+    max_side: int | None = None
+    quality: int | None = None
+    max_pixels: int = DEFAULT_MAX_PIXELS
+    check: bool = True
+
+    def __post_init__(self) -> None:
+        if self.resize_shorter is not None and self.max_side is not None:
+            raise ValueError("give resize_shorter or max_side, not both")
+        for name in ("resize_shorter", "max_side"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}")
+        if self.quality is not None and not 1 <= self.quality <= 100:
+            raise ValueError(f"quality must be in 1..100, got {self.quality}")
+
+    @property
+    def rewrites(self) -> bool:
+        """Whether images are re-encoded (rather than kept byte for byte)."""
+        return bool(self.resize_shorter or self.max_side or self.quality)
+
+
+def _target_size(width: int, height: int, policy: ImagePolicy) -> tuple[int, int]:
+    if policy.resize_shorter:
+        scale = policy.resize_shorter / min(width, height)
+    elif policy.max_side:
+        scale = policy.max_side / max(width, height)
+    else:
+        return width, height
+    if scale >= 1:
+        return width, height
+    return max(1, round(width * scale)), max(1, round(height * scale))
+
+
+def process_image(data: bytes, ext: str, policy: ImagePolicy, *, where: str) -> tuple[str, bytes]:
+    """Check (and if asked, resize and re-encode) one image; returns ``(ext, bytes)``.
+
+    Raises:
+        SourceError: The image cannot be decoded or is larger than ``max_pixels``.
+    """
+    if not policy.check and not policy.rewrites:
+        return ext, data
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            width, height = image.size
+            if width * height > policy.max_pixels:
+                raise SourceError(
+                    f"{where}: {width}x{height} image exceeds max_pixels={policy.max_pixels} "
+                    "(possible decompression bomb)"
+                )
+            if not policy.rewrites:
+                image.verify()
+                return ext, data
+            image.draft("RGB", _target_size(width, height, policy))
+            rgb = image.convert("RGB")
+            target = _target_size(width, height, policy)
+            if rgb.size != target:
+                rgb = rgb.resize(target, Image.Resampling.BICUBIC, reducing_gap=3.0)
+            out = io.BytesIO()
+            rgb.save(out, format="JPEG", quality=policy.quality or 90)
+            return "jpg", out.getvalue()
+    except SourceError:
+        raise
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
+        raise SourceError(f"{where}: cannot decode image: {exc}") from exc
