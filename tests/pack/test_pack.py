@@ -95,10 +95,22 @@ def test_bad_images_stop_the_pack_or_are_skipped(tmp_path: Path) -> None:
     assert report.samples == 10
     assert [s["key"] for s in report.skipped] == ["class_00/broken"]
     manifest = json.loads((tmp_path / "ds2" / "index.json").read_text())
-    assert manifest["skipped"][0]["reason"].endswith(
-        "cannot decode image: cannot identify image file <_io.BytesIO object at "
-        + manifest["skipped"][0]["reason"].split("<_io.BytesIO object at ")[1]
-    )
+    assert manifest["skipped"] == [
+        {
+            "key": "class_00/broken",
+            "source": str(tmp_path / "src" / "class_00" / "broken.jpg"),
+            "reason": f"{tmp_path / 'src' / 'class_00' / 'broken.jpg'}: cannot decode image: "
+            "no JPEG start-of-image marker",
+        }
+    ]
+
+
+def test_truncated_jpeg_is_caught(tmp_path: Path) -> None:
+    write_image_folder(tmp_path / "src", files=3, classes=1)
+    victim = next((tmp_path / "src").rglob("*.jpg"))
+    victim.write_bytes(victim.read_bytes()[:-100])
+    with pytest.raises(SourceError, match="truncated"):
+        pack(tmp_path / "src", tmp_path / "ds")
 
 
 def test_empty_class_folder_and_duplicate_keys(tmp_path: Path) -> None:

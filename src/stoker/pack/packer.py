@@ -15,6 +15,7 @@ missing shards; a rerun with different ones is refused rather than mixed in.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -26,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from stoker.errors import SourceError, StokerError
-from stoker.format.foreign.base import Sample, SampleReader, SampleRef
+from stoker.format.foreign.base import AsyncSampleReader, Sample, SampleReader, SampleRef
 from stoker.format.index import DatasetIndex, write_index
 from stoker.format.spec import MANIFEST_NAME, PACK_STATE_DIR, shard_name
 from stoker.format.writer import SampleRecord, ShardRecord, ShardWriter
@@ -34,6 +35,7 @@ from stoker.pack.plan import PackPlan, plan_shards
 from stoker.pack.reencode import IMAGE_FIELDS, ImagePolicy, process_image
 from stoker.pack.sources import open_reader
 from stoker.storage import Store, open_store
+from stoker.storage.engine import default_engine
 
 logger = logging.getLogger(__name__)
 
@@ -156,6 +158,33 @@ def _prepare(sample: Sample, policy: ImagePolicy, where: str) -> Sample:
     return Sample(key=sample.key, fields=fields, label=sample.label)
 
 
+async def _load_all_async(
+    reader: AsyncSampleReader,
+    refs: Sequence[SampleRef],
+    config: PackConfig,
+    pool: ThreadPoolExecutor,
+) -> list[Sample | tuple[SampleRef, str]]:
+    """Read a shard's samples with ``config.workers`` reads in flight on the I/O loop."""
+    loop = asyncio.get_running_loop()
+    slots = asyncio.Semaphore(config.workers)
+
+    async def load(ref: SampleRef) -> Sample | tuple[SampleRef, str]:
+        try:
+            async with slots:
+                sample = await reader.read_async(ref)
+            if config.images.rewrites:  # decoding and encoding: off the loop thread
+                return await loop.run_in_executor(
+                    pool, _prepare, sample, config.images, ref.location
+                )
+            return _prepare(sample, config.images, ref.location)
+        except SourceError as exc:
+            if config.on_error == "raise":
+                raise
+            return ref, str(exc)
+
+    return list(await asyncio.gather(*(load(ref) for ref in refs)))
+
+
 def write_one_shard(
     reader: SampleReader,
     refs: Sequence[SampleRef],
@@ -187,7 +216,11 @@ def write_one_shard(
     fields: dict[str, int] = {}
     bytes_in = 0
     try:
-        for ref, loaded in zip(refs, pool.map(load, refs), strict=True):
+        if isinstance(reader, AsyncSampleReader) and reader.reads_remote:
+            loaded_all = default_engine().run(_load_all_async(reader, refs, config, pool))
+        else:
+            loaded_all = list(pool.map(load, refs))
+        for ref, loaded in zip(refs, loaded_all, strict=True):
             if isinstance(loaded, tuple):
                 skipped.append({"key": ref.key, "source": ref.location, "reason": loaded[1]})
             else:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from PIL import Image
 
 from stoker.errors import SourceError
+from stoker.pack.imagecheck import jpeg_size, png_size
 
 IMAGE_FIELDS = ("jpg", "png", "webp", "bmp", "gif", "tiff")
 DEFAULT_MAX_PIXELS = 89_478_485  # Pillow's own warning threshold: ~9,459 x 9,459
@@ -22,8 +23,9 @@ class ImagePolicy:
         max_side: Scale so the longer side is at most this many pixels.
         quality: Re-encode as JPEG at this quality; with a resize and no quality, 90.
         max_pixels: Refuse images with more pixels than this (decompression bombs).
-        check: Parse every image's header even when its bytes are kept, so that an
-            undecodable file is caught at pack time rather than in training.
+        check: Check every image's structure (markers, end of file, size) even when its
+            bytes are kept, so that an undecodable or truncated file is caught at pack time
+            rather than in training.
     """
 
     resize_shorter: int | None = None
@@ -60,6 +62,14 @@ def _target_size(width: int, height: int, policy: ImagePolicy) -> tuple[int, int
     return max(1, round(width * scale)), max(1, round(height * scale))
 
 
+def _check_pixels(width: int, height: int, policy: ImagePolicy, where: str) -> None:
+    if width * height > policy.max_pixels:
+        raise SourceError(
+            f"{where}: {width}x{height} image exceeds max_pixels={policy.max_pixels} "
+            "(possible decompression bomb)"
+        )
+
+
 def process_image(data: bytes, ext: str, policy: ImagePolicy, *, where: str) -> tuple[str, bytes]:
     """Check (and if asked, resize and re-encode) one image; returns ``(ext, bytes)``.
 
@@ -68,14 +78,17 @@ def process_image(data: bytes, ext: str, policy: ImagePolicy, *, where: str) -> 
     """
     if not policy.check and not policy.rewrites:
         return ext, data
+    if not policy.rewrites and ext in ("jpg", "png"):
+        try:
+            width, height = jpeg_size(data) if ext == "jpg" else png_size(data)
+        except ValueError as exc:
+            raise SourceError(f"{where}: cannot decode image: {exc}") from exc
+        _check_pixels(width, height, policy, where)
+        return ext, data
     try:
         with Image.open(io.BytesIO(data)) as image:
             width, height = image.size
-            if width * height > policy.max_pixels:
-                raise SourceError(
-                    f"{where}: {width}x{height} image exceeds max_pixels={policy.max_pixels} "
-                    "(possible decompression bomb)"
-                )
+            _check_pixels(width, height, policy, where)
             if not policy.rewrites:
                 image.verify()
                 return ext, data

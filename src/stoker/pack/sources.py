@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from stoker.format.foreign.base import SampleReader
-from stoker.format.foreign.locations import LocationReader, is_remote
+from stoker.format.foreign.locations import is_remote
+from stoker.storage import open_store
 
 logger = logging.getLogger(__name__)
 
@@ -33,7 +34,7 @@ def guess_format(location: str, *, storage_options: Mapping[str, Any] | None = N
         return "webdataset"
     if not is_remote(location) and not Path(location).is_dir():
         raise ValueError(f"{location}: no such file or directory")
-    names = [n.lower() for n, _ in LocationReader(storage_options).list(location)[:1000]]
+    names = _top_level_names(location, storage_options)
     if any(n.endswith(_TFRECORD) or ".tfrecord-" in n for n in names):
         return "tfrecord"
     if names and all(n.endswith(".tar") for n in names):
@@ -81,3 +82,12 @@ def open_reader(
 
         return HDF5Reader(location, storage_options=storage_options), fmt
     raise ValueError(f"unknown source format {source_format!r}; choose from {list(FORMATS)}")
+
+
+def _top_level_names(location: str, storage_options: Mapping[str, Any] | None) -> list[str]:
+    # One listing request for a bucket, one directory read locally: enough to tell formats.
+    if is_remote(location):
+        listing = open_store(location, storage_options=storage_options).list_dir("")
+        return [m.key.lower() for m in listing.objects]
+    root = Path(location.removeprefix("file://"))
+    return sorted(p.name.lower() for p in root.iterdir() if p.is_file())

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,4 +76,22 @@ class SampleReader(Protocol):
 
     def read(self, ref: SampleRef) -> Sample:
         """Read one sample's bytes."""
+        ...
+
+
+@runtime_checkable
+class AsyncSampleReader(SampleReader, Protocol):
+    """A reader whose reads can also run on an I/O engine's loop (bucket inputs).
+
+    The packer keeps many such reads in flight from one thread instead of one thread per
+    read, which matters when each read is a round trip to a remote bucket.
+    """
+
+    @property
+    def reads_remote(self) -> bool:
+        """Whether reads go to a remote store (otherwise threads serve local files best)."""
+        ...
+
+    async def read_async(self, ref: SampleRef) -> Sample:
+        """Async form of :meth:`read`; runs on the process's I/O engine."""
         ...

@@ -132,8 +132,17 @@ class ImageFolderReader:
                 found.append((meta.key, meta.size))
         return found, [p.rsplit("/", 1)[-1] for p in prefixes]
 
+    @property
+    def reads_remote(self) -> bool:
+        return is_remote(self._location)
+
     def read(self, ref: SampleRef) -> Sample:
-        data = self._files.read(ref.location)
+        return self._sample(ref, self._files.read(ref.location))
+
+    async def read_async(self, ref: SampleRef) -> Sample:
+        return self._sample(ref, await self._files.read_async(ref.location))
+
+    def _sample(self, ref: SampleRef, data: bytes) -> Sample:
         ext = normalise_extension(ref.location.rsplit(".", 1)[-1])
         fields = {ext: data}
         if ref.label >= 0:

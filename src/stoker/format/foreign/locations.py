@@ -82,6 +82,22 @@ class LocationReader:
         except (OSError, ValueError) as exc:
             raise SourceError(f"{location}: cannot read: {exc}") from exc
 
+    async def read_async(self, location: str, start: int = 0, length: int = -1) -> bytes:
+        """Async form of :meth:`read` for object URLs (local paths are read inline)."""
+        if not is_remote(location):
+            return self.read(location, start, length)
+        try:
+            store, key = self.store_for(location)
+            if length < 0 and start == 0:
+                return bytes(await store.get_async(key))
+            if length < 0:
+                length = (await store.head_async(key)).size - start
+            if length == 0:
+                return b""
+            return bytes(await store.get_range_async(key, start=start, end=start + length))
+        except (OSError, ValueError) as exc:
+            raise SourceError(f"{location}: cannot read: {exc}") from exc
+
     def list(self, location: str, suffixes: tuple[str, ...] = ()) -> list[tuple[str, int]]:
         """Files or objects under ``location`` (recursively) as ``(location, size)``, sorted.
 
