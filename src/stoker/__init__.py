@@ -1,10 +1,13 @@
 """stoker: keep accelerators fed with training data that lives in object storage."""
 
 from stoker.errors import (
+    CorruptShardError,
     CredentialsError,
     EndpointError,
     ObjectNotFoundError,
     RetriesExhaustedError,
+    ShardFormatError,
+    SourceError,
     StokerError,
     StorageError,
     TransferError,
@@ -17,18 +20,28 @@ from stoker.storage import (
     Store,
     open_store,
 )
+from stoker.format.reader import ShardDataset, open_dataset
+from stoker.pack.packer import PackConfig, PackReport, pack
+from stoker.pack.reencode import ImagePolicy
 from stoker.storage.transfer import TransferConfig, TransferReport, download, upload
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "CorruptShardError",
     "CredentialsError",
     "EndpointError",
+    "ImagePolicy",
     "MemoryStore",
     "ObjectMeta",
     "ObjectNotFoundError",
+    "PackConfig",
+    "PackReport",
     "RetriesExhaustedError",
     "RetryPolicy",
+    "ShardDataset",
+    "ShardFormatError",
+    "SourceError",
     "StokerError",
     "StorageError",
     "StorageOptions",
@@ -37,6 +50,8 @@ __all__ = [
     "TransferError",
     "TransferReport",
     "download",
+    "open_dataset",
     "open_store",
+    "pack",
     "upload",
 ]
