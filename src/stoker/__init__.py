@@ -12,6 +12,9 @@ from stoker.errors import (
     StorageError,
     TransferError,
 )
+from stoker.format.reader import ShardDataset, open_dataset
+from stoker.pack.packer import PackConfig, PackReport, pack
+from stoker.pack.reencode import ImagePolicy
 from stoker.storage import (
     MemoryStore,
     ObjectMeta,
@@ -20,9 +23,6 @@ from stoker.storage import (
     Store,
     open_store,
 )
-from stoker.format.reader import ShardDataset, open_dataset
-from stoker.pack.packer import PackConfig, PackReport, pack
-from stoker.pack.reencode import ImagePolicy
 from stoker.storage.transfer import TransferConfig, TransferReport, download, upload
 
 __version__ = "0.1.0"
