@@ -235,3 +235,14 @@ def test_index_existing_webdataset_tars(tmp_path: Path) -> None:
     assert dataset.verify().ok
     inspect = CliRunner().invoke(cli, ["inspect", str(root), "--json"])
     assert json.loads(inspect.output)["classes"] == {"even": 6, "odd": 4}
+
+
+def test_a_shard_lost_between_runs_is_caught_before_the_index(tmp_path: Path) -> None:
+    write_image_folder(tmp_path / "src", files=30)
+    config = PackConfig(samples_per_shard=10)
+    pack(tmp_path / "src", tmp_path / "ds", config=config)
+    (tmp_path / "ds" / "index.json").unlink()
+    (tmp_path / "ds" / "shard-000001.tar").write_bytes(b"truncated")
+    with pytest.raises(StokerError, match=r"shard-000001\.tar is 9 bytes"):
+        pack(tmp_path / "src", tmp_path / "ds", config=config)
+    assert not (tmp_path / "ds" / "index.json").exists()

@@ -36,6 +36,7 @@ from stoker.pack.reencode import IMAGE_FIELDS, ImagePolicy, process_image
 from stoker.pack.sources import open_reader
 from stoker.storage import Store, open_store
 from stoker.storage.engine import default_engine
+from stoker.storage.open import engine_for
 
 logger = logging.getLogger(__name__)
 
@@ -357,6 +358,7 @@ def pack(
         "shuffle_seed": config.shuffle_seed,
         **config.output_params(),
     }
+    _check_shards_present(store, records)
     index = DatasetIndex.from_shards(
         [r for r in records if r.samples],
         class_names=list(reader.class_names),
@@ -370,6 +372,25 @@ def pack(
     report.skipped = skipped
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _check_shards_present(store: Store, records: list[ShardRecord]) -> None:
+    """Before the commit point: every shard the index will name exists, at its size."""
+    engine = engine_for(store)
+
+    async def head_all() -> list[int]:
+        return [m.size for m in await asyncio.gather(*(store.head_async(r.name) for r in records))]
+
+    try:
+        sizes = engine.run(head_all())
+    except FileNotFoundError as exc:
+        raise StokerError(f"a shard vanished before the index was written: {exc}") from exc
+    for record, size in zip(records, sizes, strict=True):
+        if size != record.size:
+            raise StokerError(
+                f"{store.url}/{record.name} is {size} bytes, its record says {record.size}; "
+                f"delete {PACK_STATE_DIR}/ and pack again"
+            )
 
 
 def _resume_state(store: Store, plan: PackPlan, fmt: str, description: str) -> dict[int, bytes]:
