@@ -43,3 +43,14 @@ def normalise_extension(ext: str) -> str:
     """Lower-case field extension with common aliases folded (``JPEG`` -> ``jpg``)."""
     ext = ext.lower().lstrip(".")
     return {"jpeg": "jpg", "tif": "tiff"}.get(ext, ext)
+
+
+def sniff_image_extension(data: bytes) -> str:
+    """Field extension of encoded image bytes from their magic: jpg, png, webp, else bin."""
+    if data.startswith(b"\xff\xd8\xff"):
+        return "jpg"
+    if data.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "png"
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "webp"
+    return "bin"

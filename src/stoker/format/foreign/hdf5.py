@@ -31,6 +31,7 @@ import numpy as np
 from stoker.errors import SourceError, StokerError
 from stoker.format.foreign.base import Sample, SampleRef
 from stoker.format.foreign.locations import LocationReader, is_remote
+from stoker.format.spec import sniff_image_extension
 
 logger = logging.getLogger(__name__)
 
@@ -202,7 +203,7 @@ class HDF5Reader:
             data = _encode(value, self._image_format)
         else:
             data = _encoded_bytes(value, where=f"{self._location}: {images.name}[{row}]")
-            ext = _sniff(data)
+            ext = sniff_image_extension(data)
         fields: dict[str, bytes] = {ext: data}
         if ref.label >= 0:
             fields["cls"] = str(ref.label).encode()
@@ -352,13 +353,3 @@ def _encoded_bytes(value: Any, *, where: str) -> bytes:
     if isinstance(value, np.ndarray | np.void):  # vlen uint8 sequences, opaque
         return value.tobytes()
     raise SourceError(f"{where}: expected encoded image bytes, found {type(value).__name__}")
-
-
-def _sniff(data: bytes) -> str:
-    if data.startswith(b"\xff\xd8\xff"):
-        return "jpg"
-    if data.startswith(b"\x89PNG\r\n\x1a\n"):
-        return "png"
-    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-        return "webp"
-    return "bin"

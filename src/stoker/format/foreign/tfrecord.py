@@ -25,6 +25,7 @@ import numpy as np
 from stoker.errors import SourceError
 from stoker.format.foreign.base import Sample, SampleRef
 from stoker.format.foreign.locations import LocationReader, is_remote
+from stoker.format.spec import sniff_image_extension
 from stoker.storage import parse_url
 
 IMAGE_FEATURES = ("image/encoded", "image", "image_raw", "img", "jpeg", "encoded")
@@ -173,7 +174,7 @@ class TFRecordReader:
         example = _decode(data, where)
         image_name, image = self._image(example, where)
         label_name, label = self._label(example, where)
-        fields = {_image_extension(image): image}
+        fields = {sniff_image_extension(image): image}
         if label != -1:
             fields["cls"] = str(label).encode()
         doc = _json_document(example, skip={image_name, label_name})
@@ -355,16 +356,6 @@ def _key_stem(location: str, root: str) -> str:
     # train.tfrecord-00000-of-00010 -> train-00000-of-00010; a.tfrecord -> a
     name = _TFRECORD_NAME.sub("", name)
     return (f"{folder}/{name}" if folder else name).replace(".", "_")
-
-
-def _image_extension(image: bytes) -> str:
-    if image.startswith(b"\xff\xd8\xff"):
-        return "jpg"
-    if image.startswith(b"\x89PNG\r\n\x1a\n"):
-        return "png"
-    if image[:4] == b"RIFF" and image[8:12] == b"WEBP":
-        return "webp"
-    return "bin"
 
 
 def _json_document(example: _Example, *, skip: set[str | None]) -> dict[str, object]:
