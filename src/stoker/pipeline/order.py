@@ -1,0 +1,228 @@
+"""The order of an epoch and each rank's share of it: pure functions of a few integers.
+
+Samples live in shards; reading is cheap when it takes long contiguous byte ranges and
+expensive when it takes one sample per request. The default shuffle therefore works on
+*blocks*: runs of ``block_size`` consecutive samples of one shard, whose boundaries never
+move (so a cache of blocks stays valid across epochs). For each epoch:
+
+1. the blocks of all shards are shuffled with a seeded generator;
+2. consecutive shuffled blocks form *groups* of ``group_blocks`` blocks;
+3. the samples inside each group are shuffled together.
+
+A group is read with one ranged request per block, and a batch mixes samples of up to
+``group_blocks`` different places in the dataset. ``mode="random"`` is a full permutation
+(one request per sample); ``mode="none"`` keeps the packed order.
+
+Ranks take whole groups, round robin, so no block is read by two ranks; then every rank's
+share is cut (``drop_last``) or padded with its own first samples to the same length, so
+ranks always run the same number of steps and never hang.
+
+Resume after a change of world size: the samples that earlier segments of the epoch
+consumed are removed from the epoch's order, and the rest is partitioned anew.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+ShuffleMode = Literal["blocks", "random", "none"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OrderConfig:
+    """Shuffle settings.
+
+    Attributes:
+        mode: ``"blocks"`` (mix groups of contiguous blocks), ``"random"`` (full random
+            permutation, one ranged read per sample) or ``"none"``.
+        seed: Run-wide seed; the order of epoch ``e`` depends on ``(seed, e)`` only.
+        block_size: Samples per block (one ranged read).
+        group_blocks: Blocks mixed together; more mixes better and buffers more.
+    """
+
+    mode: ShuffleMode = "blocks"
+    seed: int = 0
+    block_size: int = 64
+    group_blocks: int = 16
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("blocks", "random", "none"):
+            raise ValueError(f"mode must be 'blocks', 'random' or 'none', got {self.mode!r}")
+        if self.block_size < 1 or self.group_blocks < 1:
+            raise ValueError("block_size and group_blocks must be >= 1")
+
+
+@dataclass(frozen=True, slots=True)
+class EpochOrder:
+    """The global order of one epoch, cut into read groups.
+
+    Attributes:
+        samples: Global sample ids in stream order (a permutation of ``range(N)``).
+        group_starts: Offsets into ``samples`` where each group starts (plus ``len``).
+    """
+
+    samples: np.ndarray
+    group_starts: np.ndarray
+
+    @property
+    def groups(self) -> int:
+        """Number of read groups."""
+        return len(self.group_starts) - 1
+
+
+def _rng(seed: int, epoch: int, salt: int) -> np.random.Generator:
+    return np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed, epoch, salt])))
+
+
+def epoch_order(shard_sizes: Sequence[int], *, config: OrderConfig, epoch: int) -> EpochOrder:
+    """Return the global sample order for one epoch.
+
+    Args:
+        shard_sizes: Number of samples in each shard, in index order.
+        config: Shuffle settings (with the seed).
+        epoch: Zero-based epoch number.
+
+    Returns:
+        Every sample exactly once, cut into read groups.
+    """
+    sizes = np.asarray(shard_sizes, dtype=np.int64)
+    total = int(sizes.sum())
+    if config.mode == "none" or total == 0:
+        step = config.block_size * config.group_blocks
+        starts = np.arange(0, total + step, step, dtype=np.int64)
+        starts[-1] = total
+        return EpochOrder(np.arange(total, dtype=np.int64), np.unique(starts))
+    if config.mode == "random":
+        rng = _rng(config.seed, epoch, 1)
+        step = config.block_size * config.group_blocks
+        starts = np.unique(np.minimum(np.arange(0, total + step, step, dtype=np.int64), total))
+        return EpochOrder(rng.permutation(total), starts)
+    # Blocks: (first sample, count) for fixed runs of block_size inside every shard.
+    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    block_first: list[np.ndarray] = []
+    block_count: list[np.ndarray] = []
+    for shard, size in enumerate(sizes.tolist()):
+        firsts = np.arange(0, size, config.block_size, dtype=np.int64)
+        block_first.append(firsts + offsets[shard])
+        block_count.append(np.minimum(config.block_size, size - firsts))
+    firsts_all = np.concatenate(block_first)
+    counts_all = np.concatenate(block_count)
+    rng = _rng(config.seed, epoch, 2)
+    permuted = rng.permutation(len(firsts_all))
+    firsts_all, counts_all = firsts_all[permuted], counts_all[permuted]
+    pieces: list[np.ndarray] = []
+    bounds = [0]
+    for g in range(0, len(firsts_all), config.group_blocks):
+        members = [
+            np.arange(f, f + c, dtype=np.int64)
+            for f, c in zip(
+                firsts_all[g : g + config.group_blocks].tolist(),
+                counts_all[g : g + config.group_blocks].tolist(),
+                strict=True,
+            )
+        ]
+        group = np.concatenate(members)
+        rng.shuffle(group)
+        pieces.append(group)
+        bounds.append(bounds[-1] + len(group))
+    return EpochOrder(np.concatenate(pieces), np.asarray(bounds, dtype=np.int64))
+
+
+@dataclass(frozen=True, slots=True)
+class Share:
+    """One rank's samples for an epoch (or for the rest of an interrupted one).
+
+    Attributes:
+        samples: Sample ids in this rank's stream order, padding included.
+        padded: How many of them repeat earlier samples to even out ranks.
+        dropped: How many samples of the epoch no rank gets (``drop_last``).
+    """
+
+    samples: np.ndarray
+    padded: int
+    dropped: int
+
+
+def assign(
+    order: EpochOrder,
+    *,
+    rank: int,
+    world_size: int,
+    drop_last: bool = False,
+    exclude: np.ndarray | None = None,
+) -> Share:
+    """This rank's share of ``order``: whole groups round robin, then evened out.
+
+    Args:
+        order: The epoch's order.
+        rank: This rank.
+        world_size: Number of ranks.
+        drop_last: Cut every rank to the shortest share (dropping samples) instead of
+            padding every rank to the longest (repeating samples).
+        exclude: Sample ids already consumed earlier in this epoch (see :func:`consumed`);
+            they are removed before partitioning.
+
+    Returns:
+        The rank's samples; every rank gets the same count.
+    """
+    samples, starts = order.samples, order.group_starts
+    if exclude is not None and len(exclude):
+        keep = ~np.isin(samples, exclude)
+        # Group boundaries survive the removal: count kept samples before each start.
+        kept_before = np.concatenate([[0], np.cumsum(keep)])
+        starts = np.unique(kept_before[starts])
+        samples = samples[keep]
+    groups = [samples[starts[g] : starts[g + 1]] for g in range(len(starts) - 1)]
+    shares = [
+        np.concatenate(groups[r::world_size])
+        if groups[r::world_size]
+        else np.zeros(0, dtype=np.int64)
+        for r in range(world_size)
+    ]
+    lengths = [len(s) for s in shares]
+    total = sum(lengths)
+    mine = shares[rank]
+    if drop_last:
+        target = min(lengths)
+        return Share(mine[:target], 0, total - target * world_size)
+    target = max(lengths)
+    if len(mine) == target or target == 0:
+        return Share(mine, 0, 0)
+    source = mine if len(mine) else samples
+    repeats = np.resize(source, target - len(mine))
+    return Share(np.concatenate([mine, repeats]), target - len(mine), 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """A stretch of an epoch run at one world size: how many samples each rank consumed."""
+
+    world_size: int
+    consumed: int
+
+
+def consumed(
+    order: EpochOrder,
+    segments: Sequence[Segment],
+    *,
+    drop_last: bool = False,
+) -> np.ndarray:
+    """Sample ids consumed so far in this epoch by all ranks, over earlier segments.
+
+    Padding repeats are not new samples, so they are simply part of a rank's share; the
+    union over ranks is what the epoch has delivered.
+    """
+    seen = np.zeros(0, dtype=np.int64)
+    for segment in segments:
+        taken = [
+            assign(
+                order, rank=r, world_size=segment.world_size, drop_last=drop_last, exclude=seen
+            ).samples[: segment.consumed]
+            for r in range(segment.world_size)
+        ]
+        seen = np.union1d(seen, np.concatenate(taken)) if taken else seen
+    return seen

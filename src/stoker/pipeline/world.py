@@ -1,0 +1,32 @@
+"""Who is reading: this process's rank among ranks, and this worker among loader workers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class World:
+    """A reader's place in a distributed job.
+
+    Frameworks are detected in ``stoker.integrations``; the pipeline only sees this.
+
+    Attributes:
+        rank: This process's rank, ``0 <= rank < world_size``.
+        world_size: Number of ranks that share each epoch.
+        worker: This loader worker, ``0 <= worker < num_workers``.
+        num_workers: Loader workers inside this rank (torch DataLoader workers).
+    """
+
+    rank: int = 0
+    world_size: int = 1
+    worker: int = 0
+    num_workers: int = 1
+
+    def __post_init__(self) -> None:
+        if self.world_size < 1 or not 0 <= self.rank < self.world_size:
+            raise ValueError(f"need 0 <= rank < world_size, got {self.rank}/{self.world_size}")
+        if self.num_workers < 1 or not 0 <= self.worker < self.num_workers:
+            raise ValueError(
+                f"need 0 <= worker < num_workers, got {self.worker}/{self.num_workers}"
+            )
