@@ -33,8 +33,7 @@ def test_epoch_order_is_a_deterministic_permutation(sizes, config, epoch) -> Non
 @given(sizes=layouts, config=configs, world=st.integers(1, 7), drop_last=st.booleans())
 def test_every_sample_exactly_once_across_ranks(sizes, config, world, drop_last) -> None:
     order = epoch_order(sizes, config=config, epoch=0)
-    shares = [assign(order, rank=r, world_size=world, drop_last=drop_last)
-              for r in range(world)]
+    shares = [assign(order, rank=r, world_size=world, drop_last=drop_last) for r in range(world)]
     assert len({len(s.samples) for s in shares}) == 1  # equal steps on every rank
     total = sum(sizes)
     if drop_last:
@@ -49,8 +48,13 @@ def test_every_sample_exactly_once_across_ranks(sizes, config, world, drop_last)
 
 
 @settings(max_examples=150, deadline=None)
-@given(sizes=layouts, config=configs, before=st.integers(1, 6), after=st.integers(1, 6),
-       fraction=st.floats(0, 1))
+@given(
+    sizes=layouts,
+    config=configs,
+    before=st.integers(1, 6),
+    after=st.integers(1, 6),
+    fraction=st.floats(0, 1),
+)
 def test_resume_with_new_world_size_repeats_and_skips_nothing(
     sizes, config, before, after, fraction
 ) -> None:

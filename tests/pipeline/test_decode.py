@@ -1,0 +1,73 @@
+"""Decoding with planned crops: sizes, DCT scaling, flips, other formats."""
+
+from __future__ import annotations
+
+import io
+import random
+from unittest import mock
+
+import numpy as np
+import pytest
+import simplejpeg
+from PIL import Image
+
+from stoker.pipeline.decode import decode_full, decode_planned
+from stoker.pipeline.transforms import CenterCrop, RandomResizedCrop, Resize
+from stoker.testing.images import make_jpeg
+
+RNG = np.random.default_rng(0)
+BIG = make_jpeg(RNG, width=1600, height=1200)
+
+
+def test_random_resized_crop_gives_the_output_size() -> None:
+    transform = RandomResizedCrop(224, flip=True)
+    for seed in range(20):
+        image = decode_planned(BIG, transform, random.Random(seed))
+        assert image.shape == (224, 224, 3)
+        assert image.dtype == np.uint8
+
+
+def test_small_target_decodes_at_a_reduced_dct_scale() -> None:
+    calls = []
+    real = simplejpeg.decode_jpeg
+
+    def spy(*args, **kwargs):
+        result = real(*args, **kwargs)
+        calls.append(result.shape)
+        return result
+
+    with mock.patch.object(simplejpeg, "decode_jpeg", spy):
+        decode_planned(BIG, CenterCrop(100, resize=110), random.Random(0))
+    # 1600x1200 -> a crop of ~1455 px scaled to 100: 1/8 scale (200x150) is enough.
+    assert calls == [(150, 200, 3)]
+
+
+def test_same_seed_same_result_and_flip_mirrors() -> None:
+    a = decode_planned(BIG, RandomResizedCrop(64), random.Random(5))
+    b = decode_planned(BIG, RandomResizedCrop(64), random.Random(5))
+    assert np.array_equal(a, b)
+    plain = decode_planned(BIG, Resize((60, 80)), random.Random(0))
+    flip_seed = next(s for s in range(100) if random.Random(s).random() < 0.5)
+    flipped = decode_planned(BIG, Resize((60, 80), flip=True), random.Random(flip_seed))
+    assert np.array_equal(flipped, plain[:, ::-1])
+
+
+def test_png_and_output_buffer() -> None:
+    buffer = io.BytesIO()
+    Image.fromarray(RNG.integers(0, 255, (50, 70, 3), dtype=np.uint8)).save(buffer, "PNG")
+    out = np.zeros((32, 32, 3), dtype=np.uint8)
+    result = decode_planned(buffer.getvalue(), CenterCrop(32), random.Random(0), out=out)
+    assert result is out
+    assert out.any()
+
+
+def test_resize_shorter_side_keeps_aspect() -> None:
+    image = decode_planned(BIG, Resize(300), random.Random(0))
+    assert image.shape == (300, 400, 3)
+
+
+def test_bad_bytes_and_bombs_are_refused() -> None:
+    with pytest.raises(ValueError, match="cannot decode"):
+        decode_full(b"not an image at all")
+    with pytest.raises(ValueError, match="max_pixels"):
+        decode_planned(BIG, CenterCrop(10), random.Random(0), max_pixels=1000)
