@@ -1,0 +1,416 @@
+"""Loader: from a packed dataset to batches, with prefetch, parallel decode and resume.
+
+The read path, for one rank (and one loader worker):
+
+1. :func:`~stoker.pipeline.order.epoch_order` and :func:`~stoker.pipeline.order.assign`
+   give this rank's samples for the epoch; they are cut into batches.
+2. The stream is fetched in chunks of one read group (``block_size * group_blocks``
+   samples, one coalesced ranged GET per block), ``prefetch`` chunks ahead, on the store's
+   I/O engine, through an optional in-memory cache.
+3. Each batch's samples are decoded and transformed by a thread pool (the decoders release
+   the GIL) straight into a preallocated ``(N, H, W, 3)`` uint8 array.
+
+Resume state is a few integers (:meth:`Loader.state_dict`); what is not restored is said
+in :meth:`Loader.load_state_dict`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import time
+from collections import deque
+from collections.abc import Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from stoker.format.reader import ShardDataset, open_dataset
+from stoker.pipeline.cache import SampleCache
+from stoker.pipeline.decode import decode_full, decode_planned
+from stoker.pipeline.order import EpochOrder, OrderConfig, Segment, assign, consumed, epoch_order
+from stoker.pipeline.transforms import PlannedTransform
+from stoker.storage.open import engine_for
+
+logger = logging.getLogger(__name__)
+
+IMAGE_FIELDS = ("jpg", "jpeg", "png", "webp", "bmp", "tiff", "gif")
+
+
+@dataclass(slots=True)
+class LoaderStats:
+    """Counters of one loader since it was made.
+
+    Attributes:
+        samples: Samples delivered in batches.
+        batches: Batches delivered.
+        skipped: ``(key, reason)`` of samples left out with ``on_error="skip"``.
+        padded: Samples repeated to even out ranks (summed over epochs).
+        wait_s: Time the consumer waited for a batch (the input pipeline's stall).
+        decode_s: Thread time spent decoding and transforming.
+        fetch_s: Time from a fetch's start to its completion, summed.
+        cache_hits: Samples served from the in-memory cache.
+        requests: The store's request counters (requests, bytes, retries, errors).
+    """
+
+    samples: int = 0
+    batches: int = 0
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    padded: int = 0
+    wait_s: float = 0.0
+    decode_s: float = 0.0
+    fetch_s: float = 0.0
+    cache_hits: int = 0
+    requests: dict[str, int] = field(default_factory=dict)
+
+
+class Loader:
+    """Batches from a packed dataset, for any training loop.
+
+    Args:
+        source: Dataset URL (or an opened :class:`~stoker.format.reader.ShardDataset`).
+        batch_size: Samples per batch.
+        shuffle: Shuffle each epoch (block shuffle, see :class:`OrderConfig`).
+        seed: Seed of the order and of the augmentations.
+        transform: A built-in transform (``RandomResizedCrop``, ``CenterCrop``, ``Resize``:
+            images come out as one ``(N, H, W, 3)`` uint8 array), any callable taking a
+            ``PIL.Image`` (results stacked when they are equal-shape arrays), or None
+            (full-size arrays, as a list).
+        storage_options: See :func:`stoker.open_store`.
+        cache_bytes: In-memory cache of fetched samples; with at least the dataset's size,
+            epochs after the first need no requests.
+        rank: This rank (default 0).
+        world_size: Number of ranks (default 1).
+        drop_last: Drop the last incomplete batch, and even ranks out by dropping samples
+            rather than padding with repeats.
+        num_threads: Decode threads (default: the CPU count).
+        prefetch: Read groups fetched ahead (default 2).
+        order: Shuffle details (block size, group size, mode); ``shuffle`` and ``seed`` set
+            its mode and seed.
+        on_error: ``"raise"`` on an undecodable sample, or ``"skip"`` it (counted and
+            listed in :meth:`stats`; its batch is one shorter).
+        worker: This loader worker (torch DataLoader worker id).
+        num_workers: Loader workers of this rank; worker ``w`` makes batches ``w``,
+            ``w + num_workers``, ...
+    """
+
+    def __init__(
+        self,
+        source: str | os.PathLike[str] | ShardDataset,
+        *,
+        batch_size: int,
+        shuffle: bool = True,
+        seed: int = 0,
+        transform: Any = None,
+        storage_options: Mapping[str, Any] | None = None,
+        cache_bytes: int | None = None,
+        rank: int | None = None,
+        world_size: int | None = None,
+        drop_last: bool = False,
+        num_threads: int | None = None,
+        prefetch: int | None = None,
+        order: OrderConfig | None = None,
+        on_error: Literal["raise", "skip"] = "raise",
+        worker: int = 0,
+        num_workers: int = 1,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if on_error not in ("raise", "skip"):
+            raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+        self.dataset = (
+            source
+            if isinstance(source, ShardDataset)
+            else open_dataset(source, storage_options=storage_options)
+        )
+        base = order or OrderConfig()
+        self.order_config = OrderConfig(
+            mode=base.mode if shuffle else "none",
+            seed=seed,
+            block_size=base.block_size,
+            group_blocks=base.group_blocks,
+        )
+        self.batch_size = batch_size
+        self.transform = transform
+        self.rank = rank or 0
+        self.world_size = world_size or 1
+        if not 0 <= self.rank < self.world_size:
+            raise ValueError(f"need 0 <= rank < world_size, got {self.rank}/{self.world_size}")
+        if not 0 <= worker < num_workers:
+            raise ValueError(f"need 0 <= worker < num_workers, got {worker}/{num_workers}")
+        self.worker, self.num_workers = worker, num_workers
+        self.drop_last = drop_last
+        self.num_threads = num_threads or os.cpu_count() or 1
+        self.prefetch = max(1, prefetch or 2)
+        self.on_error = on_error
+        self.cache = SampleCache(cache_bytes) if cache_bytes else None
+        self.epoch = 0
+        self._position = 0  # batches of this rank's epoch already delivered
+        self._segments: list[Segment] = []  # earlier world sizes in this epoch
+        self._stats = LoaderStats()
+        self._pool: ThreadPoolExecutor | None = None  # decodes samples
+        self._assemblers: ThreadPoolExecutor | None = None  # waits on a batch's decodes
+        self._sizes = [s.samples for s in self.dataset.shards]
+
+    # -- order -----------------------------------------------------------------------------
+
+    def set_epoch(self, epoch: int) -> None:
+        """Start epoch ``epoch`` at its beginning (unless a restored state is pending for it)."""
+        if epoch != self.epoch:
+            self.epoch = epoch
+            self._position = 0
+            self._segments = []
+
+    def _order(self) -> EpochOrder:
+        return epoch_order(self._sizes, config=self.order_config, epoch=self.epoch)
+
+    def _share(self) -> np.ndarray:
+        order = self._order()
+        exclude = (
+            consumed(order, self._segments, drop_last=self.drop_last) if self._segments else None
+        )
+        share = assign(
+            order,
+            rank=self.rank,
+            world_size=self.world_size,
+            drop_last=self.drop_last,
+            exclude=exclude,
+        )
+        if share.padded and self.rank == 0:
+            logger.info(
+                "epoch %d: %d samples repeated per rank to even out %d ranks",
+                self.epoch,
+                share.padded,
+                self.world_size,
+            )
+        self._stats.padded += share.padded
+        return share.samples
+
+    def batches_per_epoch(self) -> int:
+        """Batches this rank delivers in a full epoch (the same on every rank)."""
+        n = len(
+            assign(
+                self._order(), rank=self.rank, world_size=self.world_size, drop_last=self.drop_last
+            ).samples
+        )
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+    def __len__(self) -> int:
+        return self.batches_per_epoch()
+
+    # -- state -----------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the run is: a few integers (and one pair per earlier world size)."""
+        return {
+            "epoch": self.epoch,
+            "batches": self._position,
+            "batch_size": self.batch_size,
+            "seed": self.order_config.seed,
+            "world_size": self.world_size,
+            "segments": [[s.world_size, s.consumed] for s in self._segments],
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue where ``state`` stopped, with any number of threads or workers.
+
+        With the same world size, the next batch is the one after the last delivered. With a
+        different world size, the samples the old ranks consumed are removed from the epoch
+        and the rest is partitioned over the new ranks: nothing repeated, nothing skipped.
+        Not restored: samples fetched or decoded ahead but not delivered (they are fetched
+        again) and the in-memory cache.
+
+        Raises:
+            ValueError: The state was made with another seed or batch size.
+        """
+        if int(state["seed"]) != self.order_config.seed:
+            raise ValueError(f"state has seed {state['seed']}, loader {self.order_config.seed}")
+        if int(state["batch_size"]) != self.batch_size:
+            raise ValueError(
+                f"state has batch_size {state['batch_size']}, loader {self.batch_size}"
+            )
+        self.epoch = int(state["epoch"])
+        segments = [Segment(int(w), int(c)) for w, c in state.get("segments", [])]
+        done = int(state["batches"]) * self.batch_size
+        if int(state["world_size"]) == self.world_size and not segments:
+            self._segments = []
+            self._position = int(state["batches"])
+        else:
+            self._segments = [*segments, Segment(int(state["world_size"]), done)]
+            self._position = 0
+        logger.info(
+            "resuming epoch %d at batch %d (%d earlier segments)",
+            self.epoch,
+            self._position,
+            len(self._segments),
+        )
+
+    def stats(self) -> LoaderStats:
+        """A snapshot of the loader's counters."""
+        snapshot = LoaderStats(**{k: getattr(self._stats, k) for k in LoaderStats.__slots__})
+        snapshot.skipped = list(self._stats.skipped)
+        snapshot.requests = self.dataset.store.counters.snapshot()
+        snapshot.cache_hits = self.cache.hits if self.cache else 0
+        return snapshot
+
+    # -- iteration -------------------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        samples = self._share()
+        bounds = list(range(0, len(samples), self.batch_size))
+        batches = [samples[b : b + self.batch_size] for b in bounds]
+        if self.drop_last and batches and len(batches[-1]) < self.batch_size:
+            batches.pop()
+        mine = list(range(self.worker, len(batches), self.num_workers))
+        mine = [b for b in mine if b >= self._position]
+        if self._pool is None or self._assemblers is None:
+            self._pool = ThreadPoolExecutor(self.num_threads, thread_name_prefix="stoker-decode")
+            # Separate from the decoders: a batch waiting on its samples never holds the
+            # thread one of them needs.
+            self._assemblers = ThreadPoolExecutor(
+                self.prefetch + 1, thread_name_prefix="stoker-batch"
+            )
+        return self._run(batches, mine, self._pool, self._assemblers)
+
+    def _fetch_plan(self, batches: list[np.ndarray], mine: list[int]) -> list[np.ndarray]:
+        # Chunks of whole read groups, so each block is requested once.
+        chunk = self.order_config.block_size * self.order_config.group_blocks
+        if self.num_workers > 1:
+            return [batches[b] for b in mine]
+        stream = np.concatenate([batches[b] for b in mine]) if mine else np.zeros(0, np.int64)
+        return [stream[i : i + chunk] for i in range(0, len(stream), chunk)]
+
+    def _run(
+        self,
+        batches: list[np.ndarray],
+        mine: list[int],
+        pool: ThreadPoolExecutor,
+        assemblers: ThreadPoolExecutor,
+    ) -> Iterator[dict[str, Any]]:
+        engine = engine_for(self.dataset.store)
+        chunks = self._fetch_plan(batches, mine)
+        fetches: deque[Future[dict[int, dict[str, Any]]]] = deque()
+        next_chunk = 0
+        fetched: dict[int, dict[str, Any]] = {}
+        decodes: deque[tuple[int, np.ndarray, Future[dict[str, Any]]]] = deque()
+
+        def top_up_fetches() -> None:
+            nonlocal next_chunk
+            while next_chunk < len(chunks) and len(fetches) < self.prefetch:
+                fetches.append(engine.submit(self._fetch(chunks[next_chunk])))
+                next_chunk += 1
+
+        pending = deque(mine)
+        while pending or decodes:
+            while pending and len(decodes) < self.prefetch + 1:
+                number = pending[0]
+                ids = batches[number]
+                while any(int(i) not in fetched for i in ids):
+                    top_up_fetches()
+                    if not fetches:
+                        raise RuntimeError("internal error: batch samples were never fetched")
+                    fetched.update(fetches.popleft().result())
+                top_up_fetches()
+                raw = [fetched.pop(int(i)) for i in ids]
+                decodes.append((number, ids, assemblers.submit(self._assemble, ids, raw, pool)))
+                pending.popleft()
+            number, ids, future = decodes.popleft()
+            started = time.perf_counter()
+            batch = future.result()
+            self._stats.wait_s += time.perf_counter() - started
+            self._stats.batches += 1
+            self._stats.samples += len(batch["label"])
+            self._position = number + 1
+            yield batch
+        # The epoch is over: the next iteration starts the next one unless told otherwise.
+        self._position = 0
+        self._segments = []
+
+    async def _fetch(self, ids: np.ndarray) -> dict[int, dict[str, Any]]:
+        started = time.perf_counter()
+        found: dict[int, dict[str, Any]] = {}
+        missing = []
+        for i in (int(x) for x in ids):
+            cached = self.cache.get(i) if self.cache else None
+            if cached is not None:
+                found[i] = cached
+            elif i not in found:
+                missing.append(i)
+        unique = list(dict.fromkeys(missing))
+        if unique:
+            for i, sample in zip(unique, await self.dataset.read_many_async(unique), strict=True):
+                found[i] = sample
+                if self.cache is not None:
+                    self.cache.put(i, sample)
+        self._stats.fetch_s += time.perf_counter() - started
+        return found
+
+    def _assemble(
+        self, ids: np.ndarray, raw: list[dict[str, Any]], pool: ThreadPoolExecutor
+    ) -> dict[str, Any]:
+        """Decode a batch's samples in ``pool`` into one array, and label it."""
+        fixed = self.transform.output_size if isinstance(self.transform, PlannedTransform) else None
+        out = np.empty((len(raw), *fixed, 3), dtype=np.uint8) if fixed else None
+        jobs = [
+            pool.submit(self._decode_one, int(i), s, None if out is None else out[n])
+            for n, (i, s) in enumerate(zip(ids, raw, strict=True))
+        ]
+        keep: list[int] = []
+        images: list[Any] = []
+        for n, job in enumerate(jobs):
+            try:
+                images.append(job.result())
+                keep.append(n)
+            except ValueError as exc:
+                if self.on_error == "raise":
+                    raise ValueError(
+                        f"{self.dataset.url}: sample {raw[n]['key']!r}: {exc}"
+                    ) from exc
+                self._stats.skipped.append((raw[n]["key"], str(exc)))
+        labels = np.array([raw[n]["label"] for n in keep], dtype=np.int64)
+        batch: dict[str, Any] = {
+            "label": labels,
+            "key": [raw[n]["key"] for n in keep],
+            "index": np.asarray(ids, dtype=np.int64)[keep],
+        }
+        if out is not None:
+            batch["image"] = out if len(keep) == len(raw) else out[keep]
+        elif images and all(
+            isinstance(x, np.ndarray) and x.shape == images[0].shape for x in images
+        ):
+            batch["image"] = np.stack(images)
+        else:
+            batch["image"] = images
+        return batch
+
+    def _decode_one(self, index: int, sample: dict[str, Any], out: np.ndarray | None) -> Any:
+        started = time.perf_counter()
+        field_name = next((f for f in IMAGE_FIELDS if f in sample), None)
+        if field_name is None:
+            raise ValueError(f"no image field (has {sorted(k for k in sample if k != 'key')})")
+        rng = random.Random((self.order_config.seed * 1_000_003 + self.epoch) * 2**40 + index)
+        try:
+            if isinstance(self.transform, PlannedTransform):
+                return decode_planned(sample[field_name], self.transform, rng, out=out)
+            image = decode_full(sample[field_name])
+            if self.transform is None:
+                return np.asarray(image)
+            return self.transform(image)
+        finally:
+            self._stats.decode_s += time.perf_counter() - started
+
+    def close(self) -> None:
+        """Stop the decode threads."""
+        for executor in (self._assemblers, self._pool):
+            if executor is not None:
+                executor.shutdown(wait=True, cancel_futures=True)
+        self._pool = self._assemblers = None
+
+    def __enter__(self) -> Loader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

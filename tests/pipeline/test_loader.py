@@ -1,0 +1,194 @@
+"""Loader: exactly-once delivery, thread/worker independence, resume, cache, errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from stoker.format.reader import open_dataset
+from stoker.pack.packer import PackConfig, pack
+from stoker.pipeline.loader import Loader
+from stoker.pipeline.order import OrderConfig
+from stoker.pipeline.transforms import RandomResizedCrop
+from stoker.testing.images import write_image_folder
+
+SMALL_ORDER = OrderConfig(block_size=4, group_blocks=3)
+
+
+@pytest.fixture(scope="module")
+def dataset_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    root = tmp_path_factory.mktemp("loader")
+    write_image_folder(root / "src", files=103, classes=5, width=64, height=48)
+    pack(root / "src", root / "ds", config=PackConfig(samples_per_shard=10))
+    return str(root / "ds")
+
+
+def _keys(loader: Loader) -> list[str]:
+    return [k for batch in loader for k in batch["key"]]
+
+
+def test_batches_have_the_documented_shape(dataset_url: str) -> None:
+    with Loader(
+        dataset_url, batch_size=16, transform=RandomResizedCrop(32, flip=True), num_threads=2
+    ) as loader:
+        batches = list(loader)
+    assert len(batches) == 7 == len(loader)
+    first = batches[0]
+    assert first["image"].shape == (16, 32, 32, 3)
+    assert first["image"].dtype == np.uint8
+    assert first["label"].dtype == np.int64
+    assert len(first["key"]) == 16
+    assert batches[-1]["image"].shape[0] == 103 - 6 * 16
+
+
+def test_each_sample_once_per_epoch_and_epochs_differ(dataset_url: str) -> None:
+    with Loader(
+        dataset_url, batch_size=10, transform=RandomResizedCrop(16), order=SMALL_ORDER
+    ) as loader:
+        loader.set_epoch(0)
+        first = _keys(loader)
+        loader.set_epoch(1)
+        second = _keys(loader)
+    assert sorted(first) == sorted(second)
+    assert len(set(first)) == 103
+    assert first != second
+
+
+@settings(
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    world=st.integers(1, 4),
+    workers=st.integers(1, 3),
+    drop_last=st.booleans(),
+    batch=st.integers(3, 20),
+)
+def test_ranks_and_workers_cover_the_epoch(
+    dataset_url: str, world: int, workers: int, drop_last: bool, batch: int
+) -> None:
+    dataset = open_dataset(dataset_url)
+    per_rank = []
+    for rank in range(world):
+        keys: list[str] = []
+        for worker in range(workers):
+            with Loader(
+                dataset,
+                batch_size=batch,
+                transform=RandomResizedCrop(8),
+                rank=rank,
+                world_size=world,
+                drop_last=drop_last,
+                worker=worker,
+                num_workers=workers,
+                order=SMALL_ORDER,
+                num_threads=2,
+            ) as loader:
+                keys += _keys(loader)
+        per_rank.append(keys)
+    assert len({len(k) for k in per_rank}) == 1  # equal epochs on every rank
+    everything = [k for keys in per_rank for k in keys]
+    if drop_last:
+        assert len(set(everything)) == len(everything)
+    else:
+        assert set(everything) == {dataset.index.keys[i] for i in range(len(dataset))}
+
+
+def test_order_and_pixels_do_not_depend_on_threads(dataset_url: str) -> None:
+    results = []
+    for threads in (1, 4):
+        with Loader(
+            dataset_url,
+            batch_size=8,
+            transform=RandomResizedCrop(16, flip=True),
+            num_threads=threads,
+            order=SMALL_ORDER,
+            seed=3,
+        ) as loader:
+            batches = list(loader)
+        results.append(batches)
+    for a, b in zip(*results, strict=True):
+        assert a["key"] == b["key"]
+        assert np.array_equal(a["image"], b["image"])
+
+
+def test_resume_equals_an_uninterrupted_run(dataset_url: str) -> None:
+    kwargs = {"batch_size": 7, "transform": RandomResizedCrop(8), "order": SMALL_ORDER}
+    with Loader(dataset_url, **kwargs) as loader:
+        loader.set_epoch(2)
+        full = _keys(loader)
+    with Loader(dataset_url, **kwargs) as loader:
+        loader.set_epoch(2)
+        stream = iter(loader)
+        head = [k for _ in range(5) for k in next(stream)["key"]]
+        state = loader.state_dict()
+    assert (state["epoch"], state["batches"]) == (2, 5)
+    with Loader(dataset_url, num_threads=3, **kwargs) as resumed:
+        resumed.load_state_dict(state)
+        tail = _keys(resumed)
+    assert head + tail == full
+
+
+def test_resume_with_a_new_world_size(dataset_url: str) -> None:
+    kwargs = {"batch_size": 5, "transform": RandomResizedCrop(8), "order": SMALL_ORDER}
+    seen: list[str] = []
+    states = []
+    for rank in range(2):
+        with Loader(dataset_url, rank=rank, world_size=2, **kwargs) as loader:
+            stream = iter(loader)
+            seen += [k for _ in range(3) for k in next(stream)["key"]]
+            states.append(loader.state_dict())
+    assert states[0] == states[1]
+    rest: list[str] = []
+    for rank in range(3):
+        with Loader(dataset_url, rank=rank, world_size=3, **kwargs) as loader:
+            loader.load_state_dict(states[0])
+            rest += _keys(loader)
+    fresh = set(rest)
+    assert not fresh & set(seen)  # nothing repeated
+    assert fresh | set(seen) == set(open_dataset(dataset_url).index.keys)  # nothing skipped
+
+
+def test_cache_serves_the_second_epoch_without_requests(dataset_url: str) -> None:
+    with Loader(
+        dataset_url, batch_size=32, transform=RandomResizedCrop(8), cache_bytes=1 << 30
+    ) as loader:
+        list(loader)
+        before = loader.stats().requests.get("requests.get", 0)
+        loader.set_epoch(1)
+        list(loader)
+        stats = loader.stats()
+    assert stats.requests.get("requests.get", 0) == before
+    assert stats.cache_hits == 103
+
+
+def test_undecodable_samples_raise_or_are_skipped(tmp_path: Path) -> None:
+    write_image_folder(tmp_path / "src", files=12, classes=2, width=40, height=30)
+    pack(tmp_path / "src", tmp_path / "ds")
+    from stoker.format.foreign.base import Sample
+    from stoker.format.index import DatasetIndex, write_index
+    from stoker.format.writer import ShardWriter
+    from stoker.storage import open_store
+
+    store = open_store(tmp_path / "bad")
+    writer = ShardWriter(store, "shard-000000.tar")
+    good = open_dataset(tmp_path / "ds").read_many(range(12))
+    for sample in good[:5]:
+        writer.add(Sample(key=sample["key"], fields={"jpg": sample["jpg"]}, label=0))
+    writer.add(Sample(key="broken", fields={"jpg": b"\xff\xd8\xff garbage"}, label=0))
+    write_index(store, DatasetIndex.from_shards([writer.close()], class_names=[], fields={}))
+    with (
+        pytest.raises(ValueError, match="sample 'broken'"),
+        Loader(str(tmp_path / "bad"), batch_size=3, transform=RandomResizedCrop(8)) as loader,
+    ):
+        list(loader)
+    with Loader(
+        str(tmp_path / "bad"), batch_size=3, transform=RandomResizedCrop(8), on_error="skip"
+    ) as loader:
+        keys = _keys(loader)
+        stats = loader.stats()
+    assert len(keys) == 5
+    assert [k for k, _ in stats.skipped] == ["broken"]
