@@ -1,0 +1,115 @@
+"""The PyTorch adapter: tensors, DataLoader workers, and a real torchrun DDP run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from stoker.integrations.torch import StokerIterableDataset, TorchLoader
+from stoker.pack.packer import PackConfig, pack
+from stoker.pipeline.order import OrderConfig
+from stoker.pipeline.transforms import RandomResizedCrop
+from stoker.testing.images import write_image_folder
+from stoker.testing.seaweed import free_ports
+
+ORDER = OrderConfig(block_size=4, group_blocks=2)
+
+
+@pytest.fixture(scope="module")
+def dataset_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    root = tmp_path_factory.mktemp("torch")
+    write_image_folder(root / "src", files=90, classes=5, width=48, height=40)
+    pack(root / "src", root / "ds", config=PackConfig(samples_per_shard=12))
+    return str(root / "ds")
+
+
+def test_torch_loader_yields_tensors(dataset_url: str) -> None:
+    loader = TorchLoader(
+        dataset_url,
+        batch_size=16,
+        transform=RandomResizedCrop(24),
+        channels_last=True,
+        pin_memory=False,
+    )
+    batches = list(loader)
+    assert len(batches) == len(loader) == 6
+    assert batches[0]["image"].shape == (16, 3, 24, 24)
+    assert batches[0]["image"].dtype == torch.uint8
+    assert batches[0]["label"].dtype == torch.int64
+
+
+def test_dataloader_workers_give_the_same_batches(dataset_url: str) -> None:
+    reference = [
+        b["key"]
+        for b in TorchLoader(
+            dataset_url, batch_size=10, order=ORDER, transform=RandomResizedCrop(8)
+        )
+    ]
+    dataset = StokerIterableDataset(
+        dataset_url, batch_size=10, order=ORDER, transform=RandomResizedCrop(8)
+    )
+    with_workers = [
+        b["key"]
+        for b in DataLoader(
+            dataset, batch_size=None, num_workers=2, multiprocessing_context="spawn"
+        )
+    ]
+    assert with_workers == reference
+
+
+def test_state_dict_resumes_with_another_worker_count(dataset_url: str) -> None:
+    full = [
+        b["key"]
+        for b in TorchLoader(dataset_url, batch_size=9, order=ORDER, transform=RandomResizedCrop(8))
+    ]
+    first = TorchLoader(dataset_url, batch_size=9, order=ORDER, transform=RandomResizedCrop(8))
+    stream = iter(first)
+    head = [next(stream)["key"] for _ in range(4)]
+    state = first.state_dict()
+    assert state["batches"] == 4
+    second = TorchLoader(
+        dataset_url, batch_size=9, order=ORDER, num_workers=2, transform=RandomResizedCrop(8)
+    )
+    second.load_state_dict(state)
+    tail = [b["key"] for b in second]
+    assert head + tail == full
+
+
+def _torchrun(script: Path, *args: str) -> None:
+    (port,) = free_ports(1)  # torchrun's --master_port=0 hangs its rendezvous
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node=2",
+        f"--master_port={port}",
+        str(script),
+        *args,
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-4000:]
+
+
+def test_torchrun_ddp_two_epochs_checkpoint_and_resume(dataset_url: str, tmp_path: Path) -> None:
+    script = Path(__file__).with_name("ddp_train.py")
+    _torchrun(script, dataset_url, str(tmp_path / "full"))
+    full = [json.loads(Path(f"{tmp_path / 'full'}.rank{r}").read_text()) for r in range(2)]
+    # Equal step counts on both ranks, every sample each epoch.
+    for epoch in ("0", "1"):
+        assert len(full[0][epoch]) == len(full[1][epoch]) > 0
+        keys = [k for rank in full for step in rank[epoch] for k in step]
+        assert len(set(keys)) == 90
+    _torchrun(script, dataset_url, str(tmp_path / "cut"), "--stop-after", "2")
+    checkpoint = tmp_path / "cut.ckpt"
+    assert checkpoint.exists()
+    _torchrun(script, dataset_url, str(tmp_path / "resumed"), "--resume", str(checkpoint))
+    for rank in range(2):
+        cut = json.loads(Path(f"{tmp_path / 'cut'}.rank{rank}").read_text())
+        resumed = json.loads(Path(f"{tmp_path / 'resumed'}.rank{rank}").read_text())
+        assert cut["1"] + resumed["1"] == full[rank]["1"]
