@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 from PIL import Image
@@ -246,3 +247,26 @@ def test_a_shard_lost_between_runs_is_caught_before_the_index(tmp_path: Path) ->
     with pytest.raises(StokerError, match=r"shard-000001\.tar is 9 bytes"):
         pack(tmp_path / "src", tmp_path / "ds", config=config)
     assert not (tmp_path / "ds" / "index.json").exists()
+
+
+def test_show_writes_a_titled_grid_and_bench_reports(tmp_path: Path) -> None:
+    write_image_folder(tmp_path / "src", files=20, classes=3, width=80, height=60)
+    pack(tmp_path / "src", tmp_path / "ds")
+    result = CliRunner().invoke(
+        cli, ["show", str(tmp_path / "ds"), "--out", str(tmp_path / "grid.png"), "--size", "48"]
+    )
+    assert result.exit_code == 0, result.output
+    with Image.open(tmp_path / "grid.png") as grid:
+        assert grid.size == (3 * 48, 3 * (48 + 18))
+        # Titles are drawn: the caption strips are not all white.
+        strip = np.asarray(grid.convert("L"))[:18]
+        assert strip.min() < 128
+    bench = CliRunner().invoke(
+        cli, ["bench", str(tmp_path / "ds"), "--batch-size", "8", "--size", "32", "--json"]
+    )
+    assert bench.exit_code == 0, bench.output
+    report = json.loads(bench.output)
+    assert report["samples"] == 20
+    assert report["batches"] == 3
+    assert report["requests_per_sample"] > 0
+    assert report["first_batch_s"] > 0

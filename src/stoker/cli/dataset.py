@@ -310,3 +310,116 @@ def index_command(
         f"Indexed {report.samples:,} samples in {report.shards} shards "
         f"({format_bytes(report.bytes)}) at {report.url} in {report.seconds:.1f} s."
     )
+
+
+def _transform(kind: str, size: int) -> Any:
+    from stoker.pipeline.transforms import CenterCrop, RandomResizedCrop
+
+    if kind == "random-resized-crop":
+        return RandomResizedCrop(size, flip=True)
+    return CenterCrop(size, resize=round(size * 256 / 224))
+
+
+_TRANSFORM_OPTIONS = [
+    click.option(
+        "--size",
+        type=click.IntRange(8, 4096),
+        default=224,
+        show_default=True,
+        help="Output side of the transform.",
+    ),
+    click.option(
+        "--transform",
+        "transform_kind",
+        type=click.Choice(["random-resized-crop", "center-crop"]),
+        default="random-resized-crop",
+        show_default=True,
+        help="Training-style random crops with flips, or the evaluation crop.",
+    ),
+    click.option("--seed", type=int, default=0, show_default=True, help="Order and crop seed."),
+]
+
+
+def _with_transform_options(func: Any) -> Any:
+    for option in reversed(_TRANSFORM_OPTIONS):
+        func = option(func)
+    return func
+
+
+@click.command("show")
+@click.argument("url")
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False),
+    default="grid.png",
+    show_default=True,
+    help="PNG file to write.",
+)
+@_with_transform_options
+@click.pass_context
+def show_command(
+    ctx: click.Context, url: str, out: str, size: int, transform_kind: str, seed: int
+) -> None:
+    """Write a 3x3 grid of decoded, transformed samples titled with their class names.
+
+    The quick visual check of a pipeline: are the crops sensible, the labels right?
+    """
+    from stoker.pipeline.loader import Loader
+    from stoker.profile.grid import save_sample_grid
+
+    with Loader(
+        url,
+        batch_size=9,
+        seed=seed,
+        transform=_transform(transform_kind, size),
+        storage_options=_storage(ctx),
+    ) as loader:
+        path = save_sample_grid(loader, out)
+    click.echo(f"Wrote {path} (9 samples of {url}).")
+
+
+@click.command("bench")
+@click.argument("url")
+@click.option("--batch-size", type=click.IntRange(1), default=256, show_default=True)
+@click.option("--batches", type=click.IntRange(1), help="Stop after this many batches.")
+@click.option("--threads", type=click.IntRange(1), help="Decode threads (default: CPUs).")
+@_with_transform_options
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.pass_context
+def bench_command(
+    ctx: click.Context,
+    url: str,
+    batch_size: int,
+    batches: int | None,
+    threads: int | None,
+    size: int,
+    transform_kind: str,
+    seed: int,
+    as_json: bool,
+) -> None:
+    """Run the loader over URL (one epoch, or --batches) and report its speed.
+
+    Images per second, time to first batch, bytes and GET requests per sample, the share
+    of time a consumer would wait, and peak memory.
+    """
+    from stoker.pipeline.loader import Loader
+    from stoker.profile.bench import bench_loader
+
+    with Loader(
+        url,
+        batch_size=batch_size,
+        seed=seed,
+        num_threads=threads,
+        transform=_transform(transform_kind, size),
+        storage_options=_storage(ctx),
+    ) as loader:
+        result = bench_loader(loader, max_batches=batches)
+    if as_json:
+        click.echo(json.dumps(result.to_dict(), indent=2))
+        return
+    click.echo(
+        f"{result.samples:,} samples in {result.seconds:.2f} s: {result.images_per_s:,.0f} "
+        f"images/s; first batch after {result.first_batch_s:.2f} s; "
+        f"{format_bytes(result.bytes_per_sample)} and {result.requests_per_sample:.3f} GETs "
+        f"per sample; peak RSS {result.peak_rss_mb:,.0f} MB."
+    )

@@ -356,9 +356,24 @@ def demo_command(files: int, rtt_ms: float, workers: int, as_json: bool) -> None
 
 
 def _register() -> None:
-    from stoker.cli.dataset import index_command, inspect_command, pack_command, verify_command
+    from stoker.cli.dataset import (
+        bench_command,
+        index_command,
+        inspect_command,
+        pack_command,
+        show_command,
+        verify_command,
+    )
 
-    for command in (pack_command, inspect_command, verify_command, index_command):
+    commands = (
+        pack_command,
+        inspect_command,
+        verify_command,
+        index_command,
+        show_command,
+        bench_command,
+    )
+    for command in commands:
         if command.callback is not None:
             command.callback = handle_errors(command.callback)
         cli.add_command(command)

@@ -20,7 +20,7 @@ import logging
 import os
 import random
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -295,6 +295,8 @@ class Loader:
         fetches: deque[Future[dict[int, dict[str, Any]]]] = deque()
         next_chunk = 0
         fetched: dict[int, dict[str, Any]] = {}
+        # Padding can repeat a sample: keep it until its last use in this stream.
+        uses = Counter(int(i) for b in mine for i in batches[b])
         decodes: deque[tuple[int, np.ndarray, Future[dict[str, Any]]]] = deque()
 
         def top_up_fetches() -> None:
@@ -314,7 +316,11 @@ class Loader:
                         raise RuntimeError("internal error: batch samples were never fetched")
                     fetched.update(fetches.popleft().result())
                 top_up_fetches()
-                raw = [fetched.pop(int(i)) for i in ids]
+                raw = [fetched[int(i)] for i in ids]
+                for i in ids:
+                    uses[int(i)] -= 1
+                    if uses[int(i)] == 0:
+                        del fetched[int(i)]
                 decodes.append((number, ids, assemblers.submit(self._assemble, ids, raw, pool)))
                 pending.popleft()
             number, ids, future = decodes.popleft()
