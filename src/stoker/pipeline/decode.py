@@ -76,14 +76,13 @@ def decode_planned(
         left, top, box_w, box_h = plan.box
         out_h, out_w = plan.size
         box = (left, top, left + box_w, top + box_h)
-    resized = image.resize((out_w, out_h), Image.Resampling.BILINEAR, box=box)
+    resized = np.asarray(image.resize((out_w, out_h), Image.Resampling.BILINEAR, box=box))
     if plan.flip:
-        resized = resized.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
-    array = np.asarray(resized)
+        resized = resized[:, ::-1]
     if out is not None:
-        out[...] = array
+        out[...] = resized
         return out
-    return array
+    return np.ascontiguousarray(resized)
 
 
 def decode_full(data: bytes | memoryview, *, max_pixels: int = DEFAULT_MAX_PIXELS) -> Any:

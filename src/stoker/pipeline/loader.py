@@ -67,6 +67,14 @@ class LoaderStats:
     requests: dict[str, int] = field(default_factory=dict)
 
 
+@dataclass(slots=True)
+class _PendingBatch:
+    ids: np.ndarray
+    raw: list[dict[str, Any]]
+    out: np.ndarray | None
+    tasks: list[Future[tuple[list[tuple[int, Any]], float]]]
+
+
 class Loader:
     """Batches from a packed dataset, for any training loop.
 
@@ -86,7 +94,7 @@ class Loader:
         world_size: Number of ranks (default 1).
         drop_last: Drop the last incomplete batch, and even ranks out by dropping samples
             rather than padding with repeats.
-        num_threads: Decode threads (default: the CPU count).
+        num_threads: Decode threads (default: the CPU count plus one).
         prefetch: Read groups fetched ahead (default 2).
         order: Shuffle details (block size, group size, mode); ``shuffle`` and ``seed`` set
             its mode and seed.
@@ -143,7 +151,8 @@ class Loader:
             raise ValueError(f"need 0 <= worker < num_workers, got {worker}/{num_workers}")
         self.worker, self.num_workers = worker, num_workers
         self.drop_last = drop_last
-        self.num_threads = num_threads or os.cpu_count() or 1
+        # One more decoder than cores: each holds the GIL part of the time (measured best).
+        self.num_threads = num_threads or (os.cpu_count() or 1) + 1
         self.prefetch = max(1, prefetch or 2)
         self.on_error = on_error
         self.cache = SampleCache(cache_bytes) if cache_bytes else None
@@ -152,7 +161,7 @@ class Loader:
         self._segments: list[Segment] = []  # earlier world sizes in this epoch
         self._stats = LoaderStats()
         self._pool: ThreadPoolExecutor | None = None  # decodes samples
-        self._assemblers: ThreadPoolExecutor | None = None  # waits on a batch's decodes
+        self._planned = isinstance(transform, PlannedTransform)
         self._sizes = [s.samples for s in self.dataset.shards]
 
     # -- order -----------------------------------------------------------------------------
@@ -266,14 +275,9 @@ class Loader:
             batches.pop()
         mine = list(range(self.worker, len(batches), self.num_workers))
         mine = [b for b in mine if b >= self._position]
-        if self._pool is None or self._assemblers is None:
+        if self._pool is None:
             self._pool = ThreadPoolExecutor(self.num_threads, thread_name_prefix="stoker-decode")
-            # Separate from the decoders: a batch waiting on its samples never holds the
-            # thread one of them needs.
-            self._assemblers = ThreadPoolExecutor(
-                self.prefetch + 1, thread_name_prefix="stoker-batch"
-            )
-        return self._run(batches, mine, self._pool, self._assemblers)
+        return self._run(batches, mine, self._pool)
 
     def _fetch_plan(self, batches: list[np.ndarray], mine: list[int]) -> list[np.ndarray]:
         # Chunks of whole read groups, so each block is requested once.
@@ -288,7 +292,6 @@ class Loader:
         batches: list[np.ndarray],
         mine: list[int],
         pool: ThreadPoolExecutor,
-        assemblers: ThreadPoolExecutor,
     ) -> Iterator[dict[str, Any]]:
         engine = engine_for(self.dataset.store)
         chunks = self._fetch_plan(batches, mine)
@@ -297,7 +300,7 @@ class Loader:
         fetched: dict[int, dict[str, Any]] = {}
         # Padding can repeat a sample: keep it until its last use in this stream.
         uses = Counter(int(i) for b in mine for i in batches[b])
-        decodes: deque[tuple[int, np.ndarray, Future[dict[str, Any]]]] = deque()
+        decodes: deque[tuple[int, _PendingBatch]] = deque()
 
         def top_up_fetches() -> None:
             nonlocal next_chunk
@@ -321,11 +324,11 @@ class Loader:
                     uses[int(i)] -= 1
                     if uses[int(i)] == 0:
                         del fetched[int(i)]
-                decodes.append((number, ids, assemblers.submit(self._assemble, ids, raw, pool)))
+                decodes.append((number, self._start_batch(ids, raw, pool)))
                 pending.popleft()
-            number, ids, future = decodes.popleft()
+            number, pending_batch = decodes.popleft()
             started = time.perf_counter()
-            batch = future.result()
+            batch = self._finish_batch(pending_batch)
             self._stats.wait_s += time.perf_counter() - started
             self._stats.batches += 1
             self._stats.samples += len(batch["label"])
@@ -354,34 +357,44 @@ class Loader:
         self._stats.fetch_s += time.perf_counter() - started
         return found
 
-    def _assemble(
+    def _start_batch(
         self, ids: np.ndarray, raw: list[dict[str, Any]], pool: ThreadPoolExecutor
-    ) -> dict[str, Any]:
-        """Decode a batch's samples in ``pool`` into one array, and label it."""
-        fixed = self.transform.output_size if isinstance(self.transform, PlannedTransform) else None
+    ) -> _PendingBatch:
+        """Submit a batch's decoding: one task per thread, each a contiguous slice."""
+        fixed = self.transform.output_size if self._planned else None
         out = np.empty((len(raw), *fixed, 3), dtype=np.uint8) if fixed else None
-        jobs = [
-            pool.submit(self._decode_one, int(i), s, None if out is None else out[n])
-            for n, (i, s) in enumerate(zip(ids, raw, strict=True))
+        step = -(-len(raw) // self.num_threads) if raw else 1
+        tasks = [
+            pool.submit(self._decode_slice, ids, raw, out, first, min(first + step, len(raw)))
+            for first in range(0, len(raw), step)
         ]
+        return _PendingBatch(ids, raw, out, tasks)
+
+    def _finish_batch(self, pending: _PendingBatch) -> dict[str, Any]:
+        """Wait for a batch's decoding and assemble it (skipping or raising on bad samples)."""
+        raw = pending.raw
         keep: list[int] = []
         images: list[Any] = []
-        for n, job in enumerate(jobs):
-            try:
-                images.append(job.result())
+        for task in pending.tasks:
+            results, seconds = task.result()
+            self._stats.decode_s += seconds
+            for n, result in results:
+                if isinstance(result, ValueError):
+                    if self.on_error == "raise":
+                        key = raw[n]["key"]
+                        raise ValueError(
+                            f"{self.dataset.url}: sample {key!r}: {result}"
+                        ) from result
+                    self._stats.skipped.append((raw[n]["key"], str(result)))
+                    continue
+                images.append(result)
                 keep.append(n)
-            except ValueError as exc:
-                if self.on_error == "raise":
-                    raise ValueError(
-                        f"{self.dataset.url}: sample {raw[n]['key']!r}: {exc}"
-                    ) from exc
-                self._stats.skipped.append((raw[n]["key"], str(exc)))
-        labels = np.array([raw[n]["label"] for n in keep], dtype=np.int64)
         batch: dict[str, Any] = {
-            "label": labels,
+            "label": np.array([raw[n]["label"] for n in keep], dtype=np.int64),
             "key": [raw[n]["key"] for n in keep],
-            "index": np.asarray(ids, dtype=np.int64)[keep],
+            "index": np.asarray(pending.ids, dtype=np.int64)[keep],
         }
+        out = pending.out
         if out is not None:
             batch["image"] = out if len(keep) == len(raw) else out[keep]
         elif images and all(
@@ -392,28 +405,42 @@ class Loader:
             batch["image"] = images
         return batch
 
-    def _decode_one(self, index: int, sample: dict[str, Any], out: np.ndarray | None) -> Any:
+    def _decode_slice(
+        self,
+        ids: np.ndarray,
+        raw: list[dict[str, Any]],
+        out: np.ndarray | None,
+        first: int,
+        stop: int,
+    ) -> tuple[list[tuple[int, Any]], float]:
         started = time.perf_counter()
+        results: list[tuple[int, Any]] = []
+        for n in range(first, stop):
+            try:
+                results.append(
+                    (n, self._decode_one(int(ids[n]), raw[n], None if out is None else out[n]))
+                )
+            except ValueError as exc:
+                results.append((n, exc))
+        return results, time.perf_counter() - started
+
+    def _decode_one(self, index: int, sample: dict[str, Any], out: np.ndarray | None) -> Any:
         field_name = next((f for f in IMAGE_FIELDS if f in sample), None)
         if field_name is None:
             raise ValueError(f"no image field (has {sorted(k for k in sample if k != 'key')})")
         rng = random.Random((self.order_config.seed * 1_000_003 + self.epoch) * 2**40 + index)
-        try:
-            if isinstance(self.transform, PlannedTransform):
-                return decode_planned(sample[field_name], self.transform, rng, out=out)
-            image = decode_full(sample[field_name])
-            if self.transform is None:
-                return np.asarray(image)
-            return self.transform(image)
-        finally:
-            self._stats.decode_s += time.perf_counter() - started
+        if self._planned:
+            return decode_planned(sample[field_name], self.transform, rng, out=out)
+        image = decode_full(sample[field_name])
+        if self.transform is None:
+            return np.asarray(image)
+        return self.transform(image)
 
     def close(self) -> None:
         """Stop the decode threads."""
-        for executor in (self._assemblers, self._pool):
-            if executor is not None:
-                executor.shutdown(wait=True, cancel_futures=True)
-        self._pool = self._assemblers = None
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
 
     def __enter__(self) -> Loader:
         return self

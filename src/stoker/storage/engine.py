@@ -17,6 +17,7 @@ import atexit
 import logging
 import os
 import threading
+import time
 from collections.abc import Awaitable, Coroutine
 from concurrent.futures import Future
 from typing import Any, TypeVar
@@ -26,6 +27,7 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 DEFAULT_MAX_IN_FLIGHT = 128
+_NATIVE_GRACE_S = 0.25
 
 
 class IOEngine:
@@ -48,6 +50,7 @@ class IOEngine:
         self._pending: set[asyncio.Future[Any]] = set()
         self._closed = False
         self._draining = False
+        self._tracked = 0
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
         _live.add(self)
@@ -95,6 +98,7 @@ class IOEngine:
                 awaitable.close()
             raise asyncio.CancelledError("the I/O engine is shutting down")
         future = asyncio.ensure_future(awaitable)
+        self._tracked += 1
         self._pending.add(future)
         future.add_done_callback(self._pending.discard)
         return await asyncio.shield(future)
@@ -136,6 +140,11 @@ class IOEngine:
             still_pending = 1
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout_s)
+        if self._tracked:
+            # obstore's runtime threads release their last Python references just after a
+            # request's future resolves; under CPU load that can lag. Give them a moment
+            # (the GIL is free while we sleep) so none is left to run after finalization.
+            time.sleep(_NATIVE_GRACE_S)
         if still_pending == 0 and not self._thread.is_alive():
             self._loop.close()
         else:
