@@ -67,6 +67,18 @@ class LoaderStats:
     requests: dict[str, int] = field(default_factory=dict)
 
 
+#: Bytes one block (one ranged read) aims for when the caller gives no OrderConfig.
+BLOCK_TARGET_BYTES = 1_000_000
+
+
+def _block_size_for(dataset: ShardDataset) -> int:
+    """Samples per block so that a block is about 1 MB: large images get short blocks,
+    so the first batch needs little data and memory stays bounded; small ones long."""
+    lengths = dataset.index.length
+    mean = float(lengths.mean()) if len(lengths) else 1.0
+    return int(min(64, max(4, round(BLOCK_TARGET_BYTES / max(mean, 1.0)))))
+
+
 @dataclass(slots=True)
 class _PendingBatch:
     ids: np.ndarray
@@ -95,9 +107,9 @@ class Loader:
         drop_last: Drop the last incomplete batch, and even ranks out by dropping samples
             rather than padding with repeats.
         num_threads: Decode threads (default: the CPU count plus one).
-        prefetch: Read groups fetched ahead (default 2).
+        prefetch: Read groups fetched ahead (default: enough for two batches, at least 2).
         order: Shuffle details (block size, group size, mode); ``shuffle`` and ``seed`` set
-            its mode and seed.
+            its mode and seed. By default blocks hold about 1 MB (4 to 64 samples).
         on_error: ``"raise"`` on an undecodable sample, or ``"skip"`` it (counted and
             listed in :meth:`stats`; its batch is one shorter).
         worker: This loader worker (torch DataLoader worker id).
@@ -134,7 +146,7 @@ class Loader:
             if isinstance(source, ShardDataset)
             else open_dataset(source, storage_options=storage_options)
         )
-        base = order or OrderConfig()
+        base = order or OrderConfig(block_size=_block_size_for(self.dataset))
         self.order_config = OrderConfig(
             mode=base.mode if shuffle else "none",
             seed=seed,
@@ -153,7 +165,9 @@ class Loader:
         self.drop_last = drop_last
         # One more decoder than cores: each holds the GIL part of the time (measured best).
         self.num_threads = num_threads or (os.cpu_count() or 1) + 1
-        self.prefetch = max(1, prefetch or 2)
+        # Read groups in flight: enough for two batches ahead, at least two.
+        group = self.order_config.block_size * self.order_config.group_blocks
+        self.prefetch = max(1, prefetch or max(2, -(-2 * batch_size // group)))
         self.on_error = on_error
         self.cache = SampleCache(cache_bytes) if cache_bytes else None
         self.epoch = 0
