@@ -9,6 +9,7 @@ dataset rather than like noise.
 
 from __future__ import annotations
 
+import importlib
 import io
 import random
 from concurrent.futures import ThreadPoolExecutor
@@ -43,8 +44,8 @@ def source_photos(*, max_side: int = 2048) -> list[Image.Image]:
     """
     paths: list[Path] = []
     try:
-        import skimage
-
+        # Optional (pip install scikit-image): only its bundled photographs are used.
+        skimage = importlib.import_module("skimage")
         data = Path(skimage.__file__).parent / "data"
         paths += [data / name for name in _SKIMAGE_PHOTOS if (data / name).is_file()]
     except ImportError:
