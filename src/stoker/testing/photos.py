@@ -46,7 +46,7 @@ def source_photos(*, max_side: int = 2048) -> list[Image.Image]:
     try:
         # Optional (pip install scikit-image): only its bundled photographs are used.
         skimage = importlib.import_module("skimage")
-        data = Path(skimage.__file__).parent / "data"
+        data = Path(str(skimage.__file__)).parent / "data"
         paths += [data / name for name in _SKIMAGE_PHOTOS if (data / name).is_file()]
     except ImportError:
         pass
