@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -86,3 +87,21 @@ def test_blocks_keep_reads_contiguous_and_mix_shards() -> None:
     # Different epochs differ.
     other = epoch_order(sizes, config=config, epoch=1)
     assert not np.array_equal(order.samples, other.samples)
+
+
+def test_shuffle_quality_orders_the_modes() -> None:
+    from stoker.pipeline.quality import shuffle_quality
+
+    sizes = [500] * 40
+    none = shuffle_quality(sizes, config=OrderConfig(mode="none"), batch_size=256)
+    blocks = shuffle_quality(sizes, config=OrderConfig(block_size=32), batch_size=256)
+    full = shuffle_quality(sizes, config=OrderConfig(mode="random"), batch_size=256)
+    assert none.mean_neighbour_distance < 0.001
+    assert 0.2 < blocks.mean_neighbour_distance < 0.45
+    assert 0.3 < full.mean_neighbour_distance < 0.37  # about 1/3 for a random permutation
+    assert none.mean_shards_per_batch <= 2
+    assert blocks.mean_shards_per_batch >= 10
+    assert full.mean_shards_per_batch > 30
+    # Block mode reads 32 samples per request; random mode one.
+    assert blocks.requests_per_sample == pytest.approx(1 / 32, rel=0.05)
+    assert full.requests_per_sample == 1

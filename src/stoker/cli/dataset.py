@@ -400,9 +400,11 @@ def bench_command(
     """Run the loader over URL (one epoch, or --batches) and report its speed.
 
     Images per second, time to first batch, bytes and GET requests per sample, the share
-    of time a consumer would wait, and peak memory.
+    of time a consumer would wait, peak memory, and the shuffle's quality (how far apart
+    neighbours are, shards per batch) with its cost in GETs per epoch.
     """
     from stoker.pipeline.loader import Loader
+    from stoker.pipeline.quality import shuffle_quality
     from stoker.profile.bench import bench_loader
 
     with Loader(
@@ -414,12 +416,23 @@ def bench_command(
         storage_options=_storage(ctx),
     ) as loader:
         result = bench_loader(loader, max_batches=batches)
+        quality = shuffle_quality(
+            [s.samples for s in loader.dataset.shards],
+            config=loader.order_config,
+            batch_size=batch_size,
+        )
     if as_json:
-        click.echo(json.dumps(result.to_dict(), indent=2))
+        click.echo(json.dumps({**result.to_dict(), "shuffle": quality.to_dict()}, indent=2))
         return
     click.echo(
         f"{result.samples:,} samples in {result.seconds:.2f} s: {result.images_per_s:,.0f} "
         f"images/s; first batch after {result.first_batch_s:.2f} s; "
         f"{format_bytes(result.bytes_per_sample)} and {result.requests_per_sample:.3f} GETs "
         f"per sample; peak RSS {result.peak_rss_mb:,.0f} MB."
+    )
+    click.echo(
+        f"Shuffle: neighbours {quality.mean_neighbour_distance:.3f} of the dataset apart "
+        f"(random: ~0.333), {quality.mean_shards_per_batch:.1f} shards per batch, "
+        f"{quality.requests_per_epoch:,} GETs per epoch ({quality.requests_per_sample:.3f} "
+        "per sample)."
     )
