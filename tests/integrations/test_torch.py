@@ -113,3 +113,25 @@ def test_torchrun_ddp_two_epochs_checkpoint_and_resume(dataset_url: str, tmp_pat
         cut = json.loads(Path(f"{tmp_path / 'cut'}.rank{rank}").read_text())
         resumed = json.loads(Path(f"{tmp_path / 'resumed'}.rank{rank}").read_text())
         assert cut["1"] + resumed["1"] == full[rank]["1"]
+
+
+def test_resume_onto_a_new_world_size(dataset_url: str) -> None:
+    kwargs = {"batch_size": 6, "order": ORDER, "transform": RandomResizedCrop(8)}
+    seen: list[str] = []
+    states = []
+    for rank in range(2):
+        loader = TorchLoader(dataset_url, rank=rank, world_size=2, **kwargs)
+        stream = iter(loader)
+        seen += [k for _ in range(3) for k in next(stream)["key"]]
+        states.append(loader.state_dict())
+    assert states[0] == states[1]
+    rest: list[str] = []
+    for rank in range(3):
+        resumed = TorchLoader(dataset_url, rank=rank, world_size=3, num_workers=rank % 2, **kwargs)
+        resumed.load_state_dict(states[0])
+        assert resumed.state_dict()["segments"] == [[2, 18]]
+        rest += [k for batch in resumed for k in batch["key"]]
+    assert not set(rest) & set(seen)
+    assert set(rest) | set(seen) == {
+        f"class_{c:02d}/img_{i:06d}" for i in range(90) for c in [i % 5]
+    }

@@ -72,13 +72,13 @@ class StokerIterableDataset(IterableDataset[dict[str, Any]]):
         self.options.setdefault("rank", rank)
         self.options.setdefault("world_size", world)
         self.epoch = 0
-        self.start_batch = 0
+        self.resume: dict[str, Any] | None = None  # a Loader state to continue from
 
     def set_epoch(self, epoch: int) -> None:
         """Use epoch ``epoch``'s order from the next iteration on."""
         if epoch != self.epoch:
             self.epoch = epoch
-            self.start_batch = 0
+            self.resume = None
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         info = get_worker_info()
@@ -88,9 +88,8 @@ class StokerIterableDataset(IterableDataset[dict[str, Any]]):
             options["num_threads"] = options.get("num_threads") or 1
         with Loader(self.url, batch_size=self.batch_size, **options) as loader:
             loader.set_epoch(self.epoch)
-            if self.start_batch:
-                state = loader.state_dict()
-                loader.load_state_dict({**state, "batches": self.start_batch})
+            if self.resume is not None:
+                loader.load_state_dict(self.resume)
             for batch in loader:
                 yield to_tensors(batch)
 
@@ -128,6 +127,7 @@ class TorchLoader:
         self.channels_last = channels_last
         self._delivered = 0
         self._epoch = 0
+        self._segments: list[list[int]] = []  # earlier world sizes in this epoch
         self._probe = Loader(url, batch_size=batch_size, **self.dataset.options)
 
     def set_epoch(self, epoch: int) -> None:
@@ -135,6 +135,7 @@ class TorchLoader:
         if epoch != self._epoch:
             self._epoch = epoch
             self._delivered = 0
+            self._segments = []
         self.dataset.set_epoch(epoch)
         self._probe.set_epoch(epoch)
 
@@ -144,21 +145,19 @@ class TorchLoader:
     def state_dict(self) -> dict[str, Any]:
         """``{"epoch", "batches", "batch_size", "seed", "world_size", "segments"}``."""
         state = self._probe.state_dict()
-        state.update(epoch=self._epoch, batches=self._delivered)
+        state.update(epoch=self._epoch, batches=self._delivered, segments=self._segments)
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Continue after the last batch ``state`` counted (any worker count)."""
+        """Continue after the last batch ``state`` counted, with any number of workers, and
+        on any world size (see :meth:`stoker.Loader.load_state_dict`)."""
         self._probe.load_state_dict(state)
-        self._epoch = self._probe.epoch
+        resumed = self._probe.state_dict()
+        self._epoch = resumed["epoch"]
+        self._delivered = resumed["batches"]
+        self._segments = resumed["segments"]
         self.dataset.epoch = self._epoch
-        self.dataset.start_batch = self._probe.state_dict()["batches"]
-        if self._probe.state_dict()["segments"]:
-            raise NotImplementedError(
-                "resuming the torch adapter with a different world size is not supported yet; "
-                "use stoker.Loader directly"
-            )
-        self._delivered = self.dataset.start_batch
+        self.dataset.resume = dict(state)
 
     def _batches(self) -> Iterator[dict[str, Any]]:
         if self.num_workers == 0:
@@ -205,7 +204,8 @@ class TorchLoader:
         if upcoming is not None and stream is not None:
             yield self._deliver(upcoming, stream)
         self._delivered = 0
-        self.dataset.start_batch = 0
+        self._segments = []
+        self.dataset.resume = None
 
     def _deliver(self, batch: dict[str, Any], stream: Any) -> dict[str, Any]:
         torch.cuda.current_stream(self.device).wait_stream(stream)
