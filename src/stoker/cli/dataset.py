@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 from rich.table import Table
 
+from stoker.cli.common import handle_errors, with_options
 from stoker.core.units import format_bytes
 from stoker.format.reader import open_dataset
 from stoker.pack.indexer import index_webdataset
@@ -102,6 +103,7 @@ def _storage(ctx: click.Context) -> Any:
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option("--no-progress", is_flag=True, help="Do not show the progress bar.")
 @click.pass_context
+@handle_errors
 def pack_command(
     ctx: click.Context,
     src: str,
@@ -183,6 +185,7 @@ def pack_command(
 @click.argument("url")
 @click.option("--json", "as_json", is_flag=True, help="Print everything as JSON.")
 @click.pass_context
+@handle_errors
 def inspect_command(ctx: click.Context, url: str, as_json: bool) -> None:
     """Summarise a packed dataset: samples, classes, fields and shards (two GETs)."""
     dataset = open_dataset(url, storage_options=_storage(ctx))
@@ -234,6 +237,7 @@ def inspect_command(ctx: click.Context, url: str, as_json: bool) -> None:
 @click.argument("url")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context
+@handle_errors
 def verify_command(ctx: click.Context, url: str, as_json: bool) -> None:
     """Read every shard and check its SHA-256 and every sample's CRC-32.
 
@@ -282,6 +286,7 @@ def verify_command(ctx: click.Context, url: str, as_json: bool) -> None:
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.pass_context
+@handle_errors
 def index_command(
     ctx: click.Context, url: str, class_names: tuple[str, ...], as_json: bool
 ) -> None:
@@ -320,30 +325,26 @@ def _transform(kind: str, size: int) -> Any:
     return CenterCrop(size, resize=round(size * 256 / 224))
 
 
-_TRANSFORM_OPTIONS = [
-    click.option(
-        "--size",
-        type=click.IntRange(8, 4096),
-        default=224,
-        show_default=True,
-        help="Output side of the transform.",
-    ),
-    click.option(
-        "--transform",
-        "transform_kind",
-        type=click.Choice(["random-resized-crop", "center-crop"]),
-        default="random-resized-crop",
-        show_default=True,
-        help="Training-style random crops with flips, or the evaluation crop.",
-    ),
-    click.option("--seed", type=int, default=0, show_default=True, help="Order and crop seed."),
-]
-
-
-def _with_transform_options(func: Any) -> Any:
-    for option in reversed(_TRANSFORM_OPTIONS):
-        func = option(func)
-    return func
+_with_transform_options = with_options(
+    [
+        click.option(
+            "--size",
+            type=click.IntRange(8, 4096),
+            default=224,
+            show_default=True,
+            help="Output side of the transform.",
+        ),
+        click.option(
+            "--transform",
+            "transform_kind",
+            type=click.Choice(["random-resized-crop", "center-crop"]),
+            default="random-resized-crop",
+            show_default=True,
+            help="Training-style random crops with flips, or the evaluation crop.",
+        ),
+        click.option("--seed", type=int, default=0, show_default=True, help="Order and crop seed."),
+    ]
+)
 
 
 @click.command("show")
@@ -357,6 +358,7 @@ def _with_transform_options(func: Any) -> Any:
 )
 @_with_transform_options
 @click.pass_context
+@handle_errors
 def show_command(
     ctx: click.Context, url: str, out: str, size: int, transform_kind: str, seed: int
 ) -> None:
@@ -382,10 +384,11 @@ def show_command(
 @click.argument("url")
 @click.option("--batch-size", type=click.IntRange(1), default=256, show_default=True)
 @click.option("--batches", type=click.IntRange(1), help="Stop after this many batches.")
-@click.option("--threads", type=click.IntRange(1), help="Decode threads (default: CPUs).")
+@click.option("--threads", type=click.IntRange(1), help="Decode threads (default: CPUs + 1).")
 @_with_transform_options
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context
+@handle_errors
 def bench_command(
     ctx: click.Context,
     url: str,

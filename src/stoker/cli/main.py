@@ -2,20 +2,27 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
-import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 
+from stoker.cli.common import Context, fail, handle_errors, with_options
+from stoker.cli.dataset import (
+    bench_command,
+    index_command,
+    inspect_command,
+    pack_command,
+    show_command,
+    verify_command,
+)
 from stoker.cli.progress import BarProgress
 from stoker.core.units import format_bytes
-from stoker.errors import StokerError, TransferError
+from stoker.errors import TransferError
 from stoker.storage import StorageOptions, open_store
 from stoker.storage.base import Store
 from stoker.storage.engine import IOEngine
@@ -26,42 +33,6 @@ from stoker.storage.transfer import (
     download,
     upload,
 )
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-@dataclass(frozen=True, slots=True)
-class Context:
-    """What the global options say, handed to every command."""
-
-    storage_options: StorageOptions
-    verbose: int
-
-
-def _fail(message: str) -> None:
-    click.echo(f"stoker: error: {message}", err=True)
-    sys.exit(1)
-
-
-def handle_errors(func: F) -> F:
-    """Turn stoker's (and the OS's) errors into one clear line and exit status 1."""
-
-    @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return func(*args, **kwargs)
-        except BrokenPipeError:
-            # The reader went away (`stoker ls ... | head`): stop quietly.
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, sys.stdout.fileno())
-            sys.exit(1)
-        except TransferError as exc:
-            _fail(str(exc))
-        except (StokerError, OSError, ValueError) as exc:
-            _fail(str(exc) or type(exc).__name__)
-        return None
-
-    return wrapper  # type: ignore[return-value]  # functools.wraps keeps the signature
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -182,9 +153,9 @@ def _meta_dict(meta: Any) -> dict[str, Any]:
     }
 
 
-def transfer_options(func: F) -> F:
-    """The options download and upload share."""
-    options = [
+#: The options download and upload share.
+transfer_options = with_options(
+    [
         click.option(
             "-w",
             "--workers",
@@ -215,9 +186,7 @@ def transfer_options(func: F) -> F:
         click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON."),
         click.option("--no-progress", is_flag=True, help="Do not show the progress bar."),
     ]
-    for option in reversed(options):
-        func = option(func)
-    return func
+)
 
 
 def _summary(report: TransferReport, as_json: bool) -> None:
@@ -244,7 +213,7 @@ def _run_transfer(run: Callable[[], TransferReport], bar: BarProgress, as_json: 
     if failure is not None:
         for key, reason in failure.failures:
             click.echo(f"stoker: failed: {key}: {reason}", err=True)
-        _fail(f"{len(failure.failures)} files failed; rerun the same command to retry them")
+        fail(f"{len(failure.failures)} files failed; rerun the same command to retry them")
         return
     _summary(report, as_json)
 
@@ -355,31 +324,15 @@ def demo_command(files: int, rtt_ms: float, workers: int, as_json: bool) -> None
         click.echo(json.dumps(result, indent=2))
 
 
-def _register() -> None:
-    from stoker.cli.dataset import (
-        bench_command,
-        index_command,
-        inspect_command,
-        pack_command,
-        show_command,
-        verify_command,
-    )
-
-    commands = (
-        pack_command,
-        inspect_command,
-        verify_command,
-        index_command,
-        show_command,
-        bench_command,
-    )
-    for command in commands:
-        if command.callback is not None:
-            command.callback = handle_errors(command.callback)
-        cli.add_command(command)
-
-
-_register()
+for _command in (
+    pack_command,
+    inspect_command,
+    verify_command,
+    index_command,
+    show_command,
+    bench_command,
+):
+    cli.add_command(_command)
 
 
 def main() -> None:
