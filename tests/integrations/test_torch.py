@@ -37,7 +37,12 @@ def test_torch_loader_yields_tensors(dataset_url: str) -> None:
         channels_last=True,
         pin_memory=False,
     )
+    opened = loader.dataset.opened()
     batches = list(loader)
+    loader.set_epoch(1)
+    assert len(list(loader)) == 6
+    # One open dataset per process: the index is not read again every epoch.
+    assert loader.dataset.opened() is opened
     assert len(batches) == len(loader) == 6
     assert batches[0]["image"].shape == (16, 3, 24, 24)
     assert batches[0]["image"].dtype == torch.uint8

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
+from stoker.format.reader import ShardDataset, open_dataset
 from stoker.pipeline.loader import Loader
 
 
@@ -73,6 +74,21 @@ class StokerIterableDataset(IterableDataset[dict[str, Any]]):
         self.options.setdefault("world_size", world)
         self.epoch = 0
         self.resume: dict[str, Any] | None = None  # a Loader state to continue from
+        self._opened: ShardDataset | None = None  # this process's open dataset
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Worker processes open the dataset themselves; open stores do not travel.
+        state = dict(self.__dict__)
+        state["_opened"] = None
+        return state
+
+    def opened(self) -> ShardDataset:
+        """The dataset, opened once per process (its index read once, not every epoch)."""
+        if self._opened is None:
+            self._opened = open_dataset(
+                self.url, storage_options=self.options.get("storage_options")
+            )
+        return self._opened
 
     def set_epoch(self, epoch: int) -> None:
         """Use epoch ``epoch``'s order from the next iteration on."""
@@ -86,7 +102,7 @@ class StokerIterableDataset(IterableDataset[dict[str, Any]]):
         options = {**self.options, "worker": worker, "num_workers": workers}
         if info is not None:
             options["num_threads"] = options.get("num_threads") or 1
-        with Loader(self.url, batch_size=self.batch_size, **options) as loader:
+        with Loader(self.opened(), batch_size=self.batch_size, **options) as loader:
             loader.set_epoch(self.epoch)
             if self.resume is not None:
                 loader.load_state_dict(self.resume)
@@ -128,7 +144,7 @@ class TorchLoader:
         self._delivered = 0
         self._epoch = 0
         self._segments: list[list[int]] = []  # earlier world sizes in this epoch
-        self._probe = Loader(url, batch_size=batch_size, **self.dataset.options)
+        self._probe = Loader(self.dataset.opened(), batch_size=batch_size, **self.dataset.options)
 
     def set_epoch(self, epoch: int) -> None:
         """Start epoch ``epoch``."""

@@ -47,7 +47,7 @@ def guess_format(location: str, *, storage_options: Mapping[str, Any] | None = N
 def open_reader(
     location: str,
     *,
-    source_format: str = "auto",
+    source_format: SourceFormat | str = "auto",
     storage_options: Mapping[str, Any] | None = None,
     on_error: Literal["raise", "skip"] = "raise",
 ) -> tuple[SampleReader, str]:

@@ -33,6 +33,7 @@ from stoker.pipeline.cache import SampleCache
 from stoker.pipeline.decode import decode_full, decode_planned
 from stoker.pipeline.order import EpochOrder, OrderConfig, Segment, assign, consumed, epoch_order
 from stoker.pipeline.transforms import PlannedTransform
+from stoker.pipeline.world import World
 from stoker.storage.open import engine_for
 
 logger = logging.getLogger(__name__)
@@ -155,13 +156,11 @@ class Loader:
         )
         self.batch_size = batch_size
         self.transform = transform
-        self.rank = rank or 0
-        self.world_size = world_size or 1
-        if not 0 <= self.rank < self.world_size:
-            raise ValueError(f"need 0 <= rank < world_size, got {self.rank}/{self.world_size}")
-        if not 0 <= worker < num_workers:
-            raise ValueError(f"need 0 <= worker < num_workers, got {worker}/{num_workers}")
-        self.worker, self.num_workers = worker, num_workers
+        self.world = World(
+            rank=rank or 0, world_size=world_size or 1, worker=worker, num_workers=num_workers
+        )
+        self.rank, self.world_size = self.world.rank, self.world.world_size
+        self.worker, self.num_workers = self.world.worker, self.world.num_workers
         self.drop_last = drop_last
         # One more decoder than cores: each holds the GIL part of the time (measured best).
         self.num_threads = num_threads or (os.cpu_count() or 1) + 1

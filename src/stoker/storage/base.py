@@ -141,12 +141,3 @@ def check_range(path: str, start: int, end: int) -> None:
     """Raise ValueError unless ``0 <= start < end``."""
     if start < 0 or end <= start:
         raise ValueError(f"{path}: bad byte range [{start}, {end}); need 0 <= start < end")
-
-
-def join_key(prefix: str, key: str) -> str:
-    """Join a key prefix and a key with exactly one ``/`` between them."""
-    if not prefix:
-        return key
-    if not key:
-        return prefix
-    return prefix.rstrip("/") + "/" + key.lstrip("/")
