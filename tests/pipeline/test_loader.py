@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +16,7 @@ from stoker.pack.packer import PackConfig, pack
 from stoker.pipeline.loader import Loader
 from stoker.pipeline.order import OrderConfig
 from stoker.pipeline.transforms import RandomResizedCrop
+from stoker.storage import DiskCache
 from stoker.testing.images import write_image_folder
 
 SMALL_ORDER = OrderConfig(block_size=4, group_blocks=3)
@@ -154,7 +157,7 @@ def test_resume_with_a_new_world_size(dataset_url: str) -> None:
 
 def test_cache_serves_the_second_epoch_without_requests(dataset_url: str) -> None:
     with Loader(
-        dataset_url, batch_size=32, transform=RandomResizedCrop(8), cache_bytes=1 << 30
+        dataset_url, batch_size=32, transform=RandomResizedCrop(8), memory_cache_bytes=1 << 30
     ) as loader:
         list(loader)
         before = loader.stats().requests.get("requests.get", 0)
@@ -163,6 +166,63 @@ def test_cache_serves_the_second_epoch_without_requests(dataset_url: str) -> Non
         stats = loader.stats()
     assert stats.requests.get("requests.get", 0) == before
     assert stats.cache_hits == 103
+
+
+def test_disk_cache_serves_later_epochs_and_other_loaders(dataset_url: str, tmp_path: Path) -> None:
+    options = {"batch_size": 32, "transform": RandomResizedCrop(8), "cache_dir": tmp_path}
+    with Loader(dataset_url, **options) as loader:  # type: ignore[arg-type]
+        first = _keys(loader)
+        cold = loader.stats()
+        loader.set_epoch(1)
+        second = _keys(loader)
+        warm = loader.stats()
+    assert sorted(first) == sorted(second)
+    assert cold.requests["requests.get"] > 0
+    assert warm.requests["requests.get"] == cold.requests["requests.get"]
+    assert warm.disk_cache["cache.hits"] > 0
+    # A new loader (as a restarted job or another rank would be) reads only the index.
+    with Loader(dataset_url, **options) as again:  # type: ignore[arg-type]
+        assert sorted(_keys(again)) == sorted(first)
+        assert again.stats().requests.get("requests.get", 0) == 2  # index.json, index.bin
+
+
+KILLED_LOADER = """
+import sys
+from stoker.pipeline.loader import Loader
+from stoker.pipeline.transforms import RandomResizedCrop
+url, cache_dir = sys.argv[1], sys.argv[2]
+loader = Loader(url, batch_size=4, transform=RandomResizedCrop(8), cache_dir=cache_dir,
+                prefetch=8)
+for epoch in range(1000):
+    loader.set_epoch(epoch)
+    for batch in loader:
+        print(len(batch["key"]), flush=True)
+"""
+
+
+def test_a_loader_killed_mid_run_leaves_a_sound_cache(dataset_url: str, tmp_path: Path) -> None:
+    script = tmp_path / "run.py"
+    script.write_text(KILLED_LOADER)
+    cache_dir = tmp_path / "cache"
+    for _ in range(3):
+        with subprocess.Popen(
+            [sys.executable, str(script), dataset_url, str(cache_dir)],
+            stdout=subprocess.PIPE,
+            text=True,
+        ) as proc:
+            assert proc.stdout is not None
+            for _ in range(5):  # a few batches in, with fetches in flight
+                assert proc.stdout.readline()
+            proc.kill()
+    cache = DiskCache(cache_dir, max_bytes=1 << 30)
+    checked, damaged = cache.verify()
+    assert checked > 0
+    assert damaged == 0
+    with Loader(
+        dataset_url, batch_size=32, transform=RandomResizedCrop(8), cache_dir=cache_dir
+    ) as loader:
+        assert len(set(_keys(loader))) == 103
+        assert loader.stats().disk_cache["cache.hits"] > 0
 
 
 def test_undecodable_samples_raise_or_are_skipped(tmp_path: Path) -> None:

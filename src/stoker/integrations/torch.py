@@ -122,7 +122,7 @@ class TorchLoader:
         device: Move batches there; on CUDA the copy of batch ``i + 1`` overlaps step ``i``.
         channels_last: Images as ``(N, 3, H, W)`` views instead of ``(N, H, W, 3)``.
         **loader_options: Passed to :class:`stoker.Loader` (transform, seed, shuffle,
-            drop_last, cache_bytes, storage_options, ...).
+            drop_last, cache_dir, storage_options, ...).
     """
 
     def __init__(

@@ -19,11 +19,13 @@ from __future__ import annotations
 import logging
 import os
 import random
+import shutil
 import time
 from collections import Counter, deque
 from collections.abc import Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -34,6 +36,7 @@ from stoker.pipeline.decode import decode_full, decode_planned
 from stoker.pipeline.order import EpochOrder, OrderConfig, Segment, assign, consumed, epoch_order
 from stoker.pipeline.transforms import PlannedTransform
 from stoker.pipeline.world import World
+from stoker.storage.cache import CachedStore, DiskCache
 from stoker.storage.open import engine_for
 
 logger = logging.getLogger(__name__)
@@ -55,6 +58,7 @@ class LoaderStats:
         fetch_s: Time from a fetch's start to its completion, summed.
         cache_hits: Samples served from the in-memory cache.
         requests: The store's request counters (requests, bytes, retries, errors).
+        disk_cache: The disk cache's counters (hits, misses, writes, evictions, errors).
     """
 
     samples: int = 0
@@ -66,10 +70,13 @@ class LoaderStats:
     fetch_s: float = 0.0
     cache_hits: int = 0
     requests: dict[str, int] = field(default_factory=dict)
+    disk_cache: dict[str, int] = field(default_factory=dict)
 
 
 #: Bytes one block (one ranged read) aims for when the caller gives no OrderConfig.
 BLOCK_TARGET_BYTES = 1_000_000
+#: Page of the disk cache: a block's worth, so a cold block costs one or two page reads.
+CACHE_PAGE_BYTES = 1 << 20
 
 
 def _block_size_for(dataset: ShardDataset) -> int:
@@ -78,6 +85,26 @@ def _block_size_for(dataset: ShardDataset) -> int:
     lengths = dataset.index.length
     mean = float(lengths.mean()) if len(lengths) else 1.0
     return int(min(64, max(4, round(BLOCK_TARGET_BYTES / max(mean, 1.0)))))
+
+
+def _with_disk_cache(
+    dataset: ShardDataset, directory: Path, max_bytes: int | None, page_bytes: int
+) -> ShardDataset:
+    """The dataset read through a disk cache in ``directory``."""
+    if max_bytes is None:
+        directory.mkdir(parents=True, exist_ok=True)
+        wanted = int(sum(s.size for s in dataset.shards) * 1.1) + (64 << 20)
+        max_bytes = min(wanted, int(shutil.disk_usage(directory).free * 0.8))
+    store = dataset.store
+    if isinstance(store, CachedStore):  # re-wrapping would cache twice
+        store = store.inner
+    cached = CachedStore(
+        store,
+        DiskCache(directory, max_bytes=max_bytes),
+        page_bytes=page_bytes,
+        objects={s.name: (f"sha256:{s.sha256}", s.size) for s in dataset.shards},
+    )
+    return ShardDataset(cached, dataset.index)
 
 
 @dataclass(slots=True)
@@ -101,8 +128,13 @@ class Loader:
             ``PIL.Image`` (results stacked when they are equal-shape arrays), or None
             (full-size arrays, as a list).
         storage_options: See :func:`stoker.open_store`.
-        cache_bytes: In-memory cache of fetched samples; with at least the dataset's size,
-            epochs after the first need no requests.
+        cache_dir: A node-local directory for a disk cache of shard bytes, shared by every
+            process that names it (ranks, loader workers, other jobs); epochs after the
+            first, and restarts, read from it instead of the store.
+        cache_bytes: Bound of the disk cache (default: the dataset's size plus 10 %, or
+            80 % of the free space under ``cache_dir`` if that is less).
+        memory_cache_bytes: In-memory cache of fetched samples; with at least the dataset's
+            size, epochs after the first need no requests.
         rank: This rank (default 0).
         world_size: Number of ranks (default 1).
         drop_last: Drop the last incomplete batch, and even ranks out by dropping samples
@@ -127,7 +159,9 @@ class Loader:
         seed: int = 0,
         transform: Any = None,
         storage_options: Mapping[str, Any] | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
         cache_bytes: int | None = None,
+        memory_cache_bytes: int | None = None,
         rank: int | None = None,
         world_size: int | None = None,
         drop_last: bool = False,
@@ -154,6 +188,12 @@ class Loader:
             block_size=base.block_size,
             group_blocks=base.group_blocks,
         )
+        if cache_dir is not None:
+            # Random order reads one sample per request: small pages keep a cold read small.
+            page = CACHE_PAGE_BYTES if self.order_config.mode != "random" else 128 << 10
+            self.dataset = _with_disk_cache(self.dataset, Path(cache_dir), cache_bytes, page)
+        elif cache_bytes is not None:
+            raise ValueError("cache_bytes bounds the disk cache: give cache_dir too")
         self.batch_size = batch_size
         self.transform = transform
         self.world = World(
@@ -168,7 +208,7 @@ class Loader:
         group = self.order_config.block_size * self.order_config.group_blocks
         self.prefetch = max(1, prefetch or max(2, -(-2 * batch_size // group)))
         self.on_error = on_error
-        self.cache = SampleCache(cache_bytes) if cache_bytes else None
+        self.cache = SampleCache(memory_cache_bytes) if memory_cache_bytes else None
         self.epoch = 0
         self._position = 0  # batches of this rank's epoch already delivered
         self._segments: list[Segment] = []  # earlier world sizes in this epoch
@@ -276,6 +316,9 @@ class Loader:
         snapshot.skipped = list(self._stats.skipped)
         snapshot.requests = self.dataset.store.counters.snapshot()
         snapshot.cache_hits = self.cache.hits if self.cache else 0
+        store = self.dataset.store
+        if isinstance(store, CachedStore):
+            snapshot.disk_cache = store.cache.counters.snapshot()
         return snapshot
 
     # -- iteration -------------------------------------------------------------------------
@@ -450,10 +493,13 @@ class Loader:
         return self.transform(image)
 
     def close(self) -> None:
-        """Stop the decode threads."""
+        """Stop the decode threads and close the disk cache's files (iterating reopens)."""
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
+        store = self.dataset.store
+        if isinstance(store, CachedStore):
+            store.cache.close()
 
     def __enter__(self) -> Loader:
         return self

@@ -1,6 +1,7 @@
 """Object storage: the Store protocol, its backends, retries and parallel transfer."""
 
 from stoker.storage.base import Listing, ObjectMeta, Store
+from stoker.storage.cache import CachedStore, DiskCache
 from stoker.storage.engine import IOEngine, default_engine
 from stoker.storage.memory import MemoryStore
 from stoker.storage.open import open_store
@@ -10,6 +11,8 @@ from stoker.storage.retry import RetryPolicy
 from stoker.storage.url import StorageUrl, parse_url
 
 __all__ = [
+    "CachedStore",
+    "DiskCache",
     "IOEngine",
     "Listing",
     "MemoryStore",

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from stoker.storage.base import Store
+from stoker.storage.cache import CachedStore
 from stoker.storage.engine import IOEngine, default_engine
 from stoker.storage.memory import named_memory_store
 from stoker.storage.options import StorageOptions
@@ -52,9 +53,12 @@ def open_store(
 def engine_for(store: Store, engine: IOEngine | None = None) -> IOEngine:
     """The engine to run ``store``'s async methods on.
 
-    An obstore-backed store must run on its own engine's loop; any other store runs on
-    ``engine`` or the process's shared engine.
+    An obstore-backed store must run on its own engine's loop (also when wrapped in a
+    :class:`~stoker.storage.cache.CachedStore`); any other store runs on ``engine`` or the
+    process's shared engine.
     """
+    if isinstance(store, CachedStore):
+        return engine_for(store.inner, engine)
     if isinstance(store, ObstoreStore):
         return store.engine
     return engine or default_engine()
