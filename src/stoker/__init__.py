@@ -15,6 +15,8 @@ from stoker.errors import (
 from stoker.format.reader import ShardDataset, open_dataset
 from stoker.pack.packer import PackConfig, PackReport, pack
 from stoker.pack.reencode import ImagePolicy
+from stoker.pipeline import transforms
+from stoker.pipeline.loader import Loader, LoaderStats
 from stoker.storage import (
     MemoryStore,
     ObjectMeta,
@@ -32,6 +34,8 @@ __all__ = [
     "CredentialsError",
     "EndpointError",
     "ImagePolicy",
+    "Loader",
+    "LoaderStats",
     "MemoryStore",
     "ObjectMeta",
     "ObjectNotFoundError",
@@ -53,5 +57,6 @@ __all__ = [
     "open_dataset",
     "open_store",
     "pack",
+    "transforms",
     "upload",
 ]

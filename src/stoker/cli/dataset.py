@@ -386,6 +386,11 @@ def show_command(
 @click.option("--batches", type=click.IntRange(1), help="Stop after this many batches.")
 @click.option("--threads", type=click.IntRange(1), help="Decode threads (default: CPUs + 1).")
 @_with_transform_options
+@click.option(
+    "--cache-dir",
+    type=click.Path(file_okay=False),
+    help="Read through a disk cache in this directory (a second run reads from it).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context
 @handle_errors
@@ -398,6 +403,7 @@ def bench_command(
     size: int,
     transform_kind: str,
     seed: int,
+    cache_dir: str | None,
     as_json: bool,
 ) -> None:
     """Run the loader over URL (one epoch, or --batches) and report its speed.
@@ -417,6 +423,7 @@ def bench_command(
         num_threads=threads,
         transform=_transform(transform_kind, size),
         storage_options=_storage(ctx),
+        cache_dir=cache_dir,
     ) as loader:
         result = bench_loader(loader, max_batches=batches)
         quality = shuffle_quality(

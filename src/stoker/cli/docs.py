@@ -31,10 +31,16 @@ def render() -> str:
     if not isinstance(cli, click.Group):
         raise TypeError("stoker's CLI entry point must be a click group")
     for name in sorted(cli.commands):
-        help_text = runner.invoke(
-            cli, [name, "--help"], terminal_width=WIDTH, prog_name="stoker"
-        ).output
-        parts += ["", f"## stoker {name}", "", "```text", help_text.rstrip(), "```"]
+        command = cli.commands[name]
+        paths = [[name]]
+        if isinstance(command, click.Group):
+            paths += [[name, sub] for sub in sorted(command.commands)]
+        for path in paths:
+            help_text = runner.invoke(
+                cli, [*path, "--help"], terminal_width=WIDTH, prog_name="stoker"
+            ).output
+            title = " ".join(path)
+            parts += ["", f"## stoker {title}", "", "```text", help_text.rstrip(), "```"]
     return "\n".join(parts) + "\n"
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from stoker.cli.cache import cache_group
 from stoker.cli.common import Context, fail, handle_errors, with_options
 from stoker.cli.dataset import (
     bench_command,
@@ -331,6 +332,7 @@ for _command in (
     index_command,
     show_command,
     bench_command,
+    cache_group,
 ):
     cli.add_command(_command)
 

@@ -244,6 +244,10 @@ class DiskCache:
         with self._locked():
             return self._scan_total()
 
+    def entries(self) -> int:
+        """Number of entries now."""
+        return len(self._entries_by_age())
+
     def verify(self) -> tuple[int, int]:
         """Check every entry's length and CRC-32; remove damaged ones.
 
