@@ -20,6 +20,7 @@ import logging
 import os
 import random
 import shutil
+import threading
 import time
 from collections import Counter, deque
 from collections.abc import Iterator, Mapping
@@ -30,6 +31,9 @@ from typing import Any, Literal
 
 import numpy as np
 
+from stoker.core.metrics import Stages, StageTotals, TraceEvent
+from stoker.core.pricing import EpochCost, StoragePrices
+from stoker.core.units import format_bytes
 from stoker.format.reader import ShardDataset, open_dataset
 from stoker.pipeline.cache import SampleCache
 from stoker.pipeline.decode import decode_full, decode_planned
@@ -53,12 +57,20 @@ class LoaderStats:
         batches: Batches delivered.
         skipped: ``(key, reason)`` of samples left out with ``on_error="skip"``.
         padded: Samples repeated to even out ranks (summed over epochs).
-        wait_s: Time the consumer waited for a batch (the input pipeline's stall).
+        wait_s: Time the consumer waited inside ``next()`` for a batch: the input
+            pipeline's stall as the training loop feels it.
+        step_s: Time the consumer spent between batches (its training step).
         decode_s: Thread time spent decoding and transforming.
         fetch_s: Time from a fetch's start to its completion, summed.
         cache_hits: Samples served from the in-memory cache.
         requests: The store's request counters (requests, bytes, retries, errors).
         disk_cache: The disk cache's counters (hits, misses, writes, evictions, errors).
+        stages: Time, calls, items and bytes per stage: ``index`` (opening the dataset),
+            ``fetch`` (a read group's requests, on the I/O engine), ``decode`` (decode and
+            built-in transform, per batch slice), ``transform`` (a user callable),
+            ``collate`` (assembling a batch), ``wait.fetch`` and ``wait.decode`` (the
+            pipeline thread blocked on either), ``consumer.wait`` and ``consumer.step``.
+        epoch_samples: Samples per epoch on this rank (padding included).
     """
 
     samples: int = 0
@@ -66,11 +78,31 @@ class LoaderStats:
     skipped: list[tuple[str, str]] = field(default_factory=list)
     padded: int = 0
     wait_s: float = 0.0
+    step_s: float = 0.0
     decode_s: float = 0.0
     fetch_s: float = 0.0
     cache_hits: int = 0
     requests: dict[str, int] = field(default_factory=dict)
     disk_cache: dict[str, int] = field(default_factory=dict)
+    stages: dict[str, StageTotals] = field(default_factory=dict)
+    epoch_samples: int = 0
+
+    @property
+    def wait_share(self) -> float:
+        """Share of the consumer's time spent waiting for batches (0: never input-bound)."""
+        total = self.wait_s + self.step_s
+        return self.wait_s / total if total > 0 else 0.0
+
+    def cost_per_epoch(self, prices: StoragePrices | None = None) -> EpochCost:
+        """Requests, bytes and price of one epoch on this rank, at the measured rates.
+
+        Measured over the samples delivered so far, so a warm cache lowers it.
+        """
+        prices = prices or StoragePrices()
+        per_sample = self.epoch_samples / self.samples if self.samples else 0.0
+        requests = self.requests.get("requests.get", 0) * per_sample
+        nbytes = self.requests.get("bytes.read", 0) * per_sample
+        return EpochCost(requests, nbytes, prices.cost(requests=requests, nbytes=nbytes))
 
 
 #: Bytes one block (one ranged read) aims for when the caller gives no OrderConfig.
@@ -107,12 +139,16 @@ def _with_disk_cache(
     return ShardDataset(cached, dataset.index)
 
 
+class _ThreadSeconds(threading.local):
+    seconds = 0.0
+
+
 @dataclass(slots=True)
 class _PendingBatch:
     ids: np.ndarray
     raw: list[dict[str, Any]]
     out: np.ndarray | None
-    tasks: list[Future[tuple[list[tuple[int, Any]], float]]]
+    tasks: list[Future[list[tuple[int, Any]]]]
 
 
 class Loader:
@@ -148,6 +184,8 @@ class Loader:
         worker: This loader worker (torch DataLoader worker id).
         num_workers: Loader workers of this rank; worker ``w`` makes batches ``w``,
             ``w + num_workers``, ...
+        log_every_s: Log a one-line summary (images/s, input-bound share, dominant
+            stage, requests) at INFO this often while iterating.
     """
 
     def __init__(
@@ -171,16 +209,19 @@ class Loader:
         on_error: Literal["raise", "skip"] = "raise",
         worker: int = 0,
         num_workers: int = 1,
+        log_every_s: float | None = None,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
-        self.dataset = (
-            source
-            if isinstance(source, ShardDataset)
-            else open_dataset(source, storage_options=storage_options)
-        )
+        self.stages = Stages()
+        with self.stages.time("index"):
+            self.dataset = (
+                source
+                if isinstance(source, ShardDataset)
+                else open_dataset(source, storage_options=storage_options)
+            )
         base = order or OrderConfig(block_size=_block_size_for(self.dataset))
         self.order_config = OrderConfig(
             mode=base.mode if shuffle else "none",
@@ -216,6 +257,9 @@ class Loader:
         self._pool: ThreadPoolExecutor | None = None  # decodes samples
         self._planned = isinstance(transform, PlannedTransform)
         self._sizes = [s.samples for s in self.dataset.shards]
+        self.log_every_s = log_every_s
+        self._transform_s = _ThreadSeconds()  # a user transform's time, per decode thread
+        self._last_log = (time.perf_counter(), 0)  # (when, samples then)
 
     # -- order -----------------------------------------------------------------------------
 
@@ -310,16 +354,55 @@ class Loader:
             len(self._segments),
         )
 
+    def trace(self, *, max_events: int = 200_000) -> None:
+        """Keep a timeline of the last ``max_events`` stage runs from now on.
+
+        :meth:`events` returns it; ``stoker doctor --trace`` writes it as a Chrome trace.
+        """
+        self.stages.start_tracing(max_events)
+
+    def events(self) -> list[TraceEvent]:
+        """The timeline kept since :meth:`trace` (empty if it was never called)."""
+        return self.stages.events()
+
     def stats(self) -> LoaderStats:
         """A snapshot of the loader's counters."""
         snapshot = LoaderStats(**{k: getattr(self._stats, k) for k in LoaderStats.__slots__})
         snapshot.skipped = list(self._stats.skipped)
+        stages = self.stages.snapshot()
+        snapshot.stages = stages
+        empty = StageTotals()
+        snapshot.wait_s = stages.get("consumer.wait", empty).seconds
+        snapshot.step_s = stages.get("consumer.step", empty).seconds
+        snapshot.decode_s = stages.get("decode", empty).seconds
+        snapshot.fetch_s = stages.get("fetch", empty).seconds
+        snapshot.epoch_samples = self.batches_per_epoch() * self.batch_size
         snapshot.requests = self.dataset.store.counters.snapshot()
         snapshot.cache_hits = self.cache.hits if self.cache else 0
         store = self.dataset.store
         if isinstance(store, CachedStore):
             snapshot.disk_cache = store.cache.counters.snapshot()
         return snapshot
+
+    def _maybe_log(self, now: float) -> None:
+        if self.log_every_s is None or now - self._last_log[0] < self.log_every_s:
+            return
+        when, samples_then = self._last_log
+        self._last_log = (now, self._stats.samples)
+        stats = self.stats()
+        busiest = max(
+            ("fetch", "decode", "transform", "collate"),
+            key=lambda name: stats.stages.get(name, StageTotals()).seconds,
+        )
+        logger.info(
+            "%.0f images/s; waiting for input %.0f%% of the time; busiest stage %s; "
+            "%d GETs, %s read",
+            (self._stats.samples - samples_then) / (now - when),
+            100 * stats.wait_share,
+            busiest,
+            stats.requests.get("requests.get", 0),
+            format_bytes(stats.requests.get("bytes.read", 0)),
+        )
 
     # -- iteration -------------------------------------------------------------------------
 
@@ -365,6 +448,7 @@ class Loader:
                 next_chunk += 1
 
         pending = deque(mine)
+        resumed = time.perf_counter()
         while pending or decodes:
             while pending and len(decodes) < self.prefetch + 1:
                 number = pending[0]
@@ -373,7 +457,8 @@ class Loader:
                     top_up_fetches()
                     if not fetches:
                         raise RuntimeError("internal error: batch samples were never fetched")
-                    fetched.update(fetches.popleft().result())
+                    with self.stages.time("wait.fetch"):
+                        fetched.update(fetches.popleft().result())
                 top_up_fetches()
                 raw = [fetched[int(i)] for i in ids]
                 for i in ids:
@@ -383,19 +468,25 @@ class Loader:
                 decodes.append((number, self._start_batch(ids, raw, pool)))
                 pending.popleft()
             number, pending_batch = decodes.popleft()
-            started = time.perf_counter()
             batch = self._finish_batch(pending_batch)
-            self._stats.wait_s += time.perf_counter() - started
             self._stats.batches += 1
             self._stats.samples += len(batch["label"])
             self._position = number + 1
+            now = time.perf_counter()
+            self.stages.record(
+                "consumer.wait", now - resumed, start_s=resumed, items=len(batch["label"])
+            )
+            self._maybe_log(now)
             yield batch
+            resumed = time.perf_counter()
+            self.stages.record("consumer.step", resumed - now, start_s=now, lane="consumer")
         # The epoch is over: the next iteration starts the next one unless told otherwise.
         self._position = 0
         self._segments = []
 
     async def _fetch(self, ids: np.ndarray) -> dict[int, dict[str, Any]]:
         started = time.perf_counter()
+        nbytes = 0
         found: dict[int, dict[str, Any]] = {}
         missing = []
         for i in (int(x) for x in ids):
@@ -408,9 +499,17 @@ class Loader:
         if unique:
             for i, sample in zip(unique, await self.dataset.read_many_async(unique), strict=True):
                 found[i] = sample
+                nbytes += int(self.dataset.index.length[i])
                 if self.cache is not None:
                     self.cache.put(i, sample)
-        self._stats.fetch_s += time.perf_counter() - started
+        self.stages.record(
+            "fetch",
+            time.perf_counter() - started,
+            start_s=started,
+            items=len(unique),
+            nbytes=nbytes,
+            lane="io",
+        )
         return found
 
     def _start_batch(
@@ -431,9 +530,10 @@ class Loader:
         raw = pending.raw
         keep: list[int] = []
         images: list[Any] = []
-        for task in pending.tasks:
-            results, seconds = task.result()
-            self._stats.decode_s += seconds
+        with self.stages.time("wait.decode", items=len(raw)):
+            done = [task.result() for task in pending.tasks]
+        started = time.perf_counter()
+        for results in done:
             for n, result in results:
                 if isinstance(result, ValueError):
                     if self.on_error == "raise":
@@ -459,6 +559,9 @@ class Loader:
             batch["image"] = np.stack(images)
         else:
             batch["image"] = images
+        self.stages.record(
+            "collate", time.perf_counter() - started, start_s=started, items=len(keep)
+        )
         return batch
 
     def _decode_slice(
@@ -468,9 +571,10 @@ class Loader:
         out: np.ndarray | None,
         first: int,
         stop: int,
-    ) -> tuple[list[tuple[int, Any]], float]:
+    ) -> list[tuple[int, Any]]:
         started = time.perf_counter()
         results: list[tuple[int, Any]] = []
+        self._transform_s.seconds = 0.0
         for n in range(first, stop):
             try:
                 results.append(
@@ -478,7 +582,12 @@ class Loader:
                 )
             except ValueError as exc:
                 results.append((n, exc))
-        return results, time.perf_counter() - started
+        seconds = time.perf_counter() - started
+        spent = self._transform_s.seconds
+        self.stages.record("decode", seconds - spent, start_s=started, items=stop - first)
+        if spent:
+            self.stages.record("transform", spent, items=stop - first)
+        return results
 
     def _decode_one(self, index: int, sample: dict[str, Any], out: np.ndarray | None) -> Any:
         field_name = next((f for f in IMAGE_FIELDS if f in sample), None)
@@ -490,7 +599,11 @@ class Loader:
         image = decode_full(sample[field_name])
         if self.transform is None:
             return np.asarray(image)
-        return self.transform(image)
+        started = time.perf_counter()
+        try:
+            return self.transform(image)
+        finally:
+            self._transform_s.seconds += time.perf_counter() - started
 
     def close(self) -> None:
         """Stop the decode threads and close the disk cache's files (iterating reopens)."""

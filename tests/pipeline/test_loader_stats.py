@@ -1,0 +1,104 @@
+"""Loader.stats(): per-stage times, consumer wait against step time, cost, timeline, log."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import pytest
+
+from stoker.core.pricing import StoragePrices
+from stoker.pack.packer import PackConfig, pack
+from stoker.pipeline.loader import Loader
+from stoker.pipeline.transforms import RandomResizedCrop
+from stoker.testing.images import write_image_folder
+
+
+@pytest.fixture(scope="module")
+def dataset_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    root = tmp_path_factory.mktemp("stats")
+    write_image_folder(root / "src", files=64, classes=4, width=64, height=48)
+    pack(root / "src", root / "ds", config=PackConfig(samples_per_shard=16))
+    return str(root / "ds")
+
+
+def test_every_stage_is_timed_and_counts_its_items(dataset_url: str) -> None:
+    with Loader(dataset_url, batch_size=16, transform=RandomResizedCrop(16)) as loader:
+        list(loader)
+        stats = loader.stats()
+    stages = stats.stages
+    assert stages["index"].calls == 1
+    assert stages["fetch"].items == 64
+    assert stages["fetch"].bytes == int(loader.dataset.index.length.sum())
+    assert stages["decode"].items == 64
+    assert stages["collate"].items == 64
+    assert stages["consumer.wait"].calls == 4
+    assert stages["consumer.step"].calls == 4  # after each batch, until the next next()
+    assert "transform" not in stages  # the built-in transform is part of decode
+    assert all(t.seconds >= 0 for t in stages.values())
+    assert stats.wait_s == stages["consumer.wait"].seconds
+
+
+def test_a_user_transform_is_timed_apart_from_decode(dataset_url: str) -> None:
+    def slow(image: object) -> object:
+        time.sleep(0.002)
+        return image
+
+    with Loader(dataset_url, batch_size=16, transform=slow, num_threads=2) as loader:
+        list(loader)
+        stages = loader.stats().stages
+    assert stages["transform"].items == 64
+    assert stages["transform"].seconds >= 64 * 0.002
+
+
+def test_a_slow_consumer_is_not_input_bound(dataset_url: str) -> None:
+    with Loader(dataset_url, batch_size=8, transform=RandomResizedCrop(16)) as loader:
+        for _ in loader:
+            time.sleep(0.05)  # a long training step: the pipeline keeps ahead
+        slow = loader.stats()
+    assert slow.step_s >= 7 * 0.05
+    assert slow.wait_share < 0.5
+
+
+def test_cost_per_epoch_prices_measured_requests(dataset_url: str) -> None:
+    with Loader(dataset_url, batch_size=16, transform=RandomResizedCrop(16)) as loader:
+        list(loader)
+        stats = loader.stats()
+    cost = stats.cost_per_epoch(StoragePrices(get_per_1000=1.0, transfer_per_gib=2**30))
+    gets = stats.requests["requests.get"]  # index (2) and shard reads
+    assert stats.epoch_samples == 64
+    assert cost.requests == gets
+    assert cost.bytes == stats.requests["bytes.read"]
+    assert cost.price == pytest.approx(gets / 1000 + stats.requests["bytes.read"])
+
+
+def test_trace_keeps_a_timeline(dataset_url: str) -> None:
+    with Loader(dataset_url, batch_size=16, transform=RandomResizedCrop(16)) as loader:
+        assert loader.events() == []
+        loader.trace(max_events=1000)
+        list(loader)
+        events = loader.events()
+    stages = {e.stage for e in events}
+    assert {"fetch", "decode", "collate", "consumer.wait"} <= stages
+    assert {e.lane for e in events if e.stage == "fetch"} == {"io"}
+    assert all(e.seconds >= 0 for e in events)
+    starts = [e.start_s for e in events if e.stage == "consumer.wait"]
+    assert starts == sorted(starts)
+
+
+def test_periodic_log_line(dataset_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="stoker.pipeline.loader")
+    with Loader(
+        dataset_url, batch_size=8, transform=RandomResizedCrop(16), log_every_s=0.0
+    ) as loader:
+        list(loader)
+    lines = [r.getMessage() for r in caplog.records if "images/s" in r.getMessage()]
+    assert len(lines) == 8
+    assert "waiting for input" in lines[-1]
+    assert "busiest stage" in lines[-1]
+
+
+def test_a_dataset_path_opens_once(tmp_path: Path, dataset_url: str) -> None:
+    with Loader(dataset_url, batch_size=16) as loader:
+        assert loader.stats().requests["requests.get"] == 2  # index.json and index.bin
