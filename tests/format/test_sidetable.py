@@ -19,6 +19,7 @@ from stoker.format.sidetable import (
     write_side_table,
 )
 from stoker.storage import MemoryStore, Store
+from stoker.storage.cache import CachedStore, DiskCache
 
 dtypes = st.sampled_from(["<f2", "<f4", ">f8", "<i4", "u1", "?", "<c8", "S3"])
 row_shapes = st.sampled_from([(), (1,), (7,), (4, 3), (0,)])
@@ -240,3 +241,26 @@ def test_write_side_table_stores_c_order_and_refuses_objects(monkeypatch) -> Non
     monkeypatch.setattr(sidetable, "_IN_MEMORY_WRITE_BYTES", 0)
     write_side_table(store, "big.npy", fortran)
     assert bytes(store.get("big.npy")) == bytes(store.get("c.npy"))
+
+
+def test_rows_through_the_disk_cache(tmp_path) -> None:
+    rng = np.random.default_rng(9)
+    array = rng.standard_normal((2000, 128)).astype(np.float32)  # 512-byte rows
+    inner = MemoryStore()
+    write_side_table(inner, "features.npy", array)
+    page = 4096
+    cached = CachedStore(inner, DiskCache(tmp_path / "cache", max_bytes=1 << 24), page_bytes=page)
+    table = open_side_table(cached, "features.npy")
+    indices = rng.choice(2000, size=150, replace=False)
+    before = _read_bytes(inner)
+    np.testing.assert_array_equal(table.rows(indices), array[indices])
+    read = _read_bytes(inner)[0] - before[0]
+    # The cache reads whole aligned pages: at most the pages the requested rows touch.
+    offset = len(bytes(inner.get("features.npy"))) - array.nbytes
+    starts = offset + np.unique(indices) * 512
+    touched = np.unique(np.concatenate([starts // page, (starts + 511) // page]))
+    assert read <= len(touched) * page
+    # The same rows again: served from the cache, not one request to the bucket.
+    before = _read_bytes(inner)
+    np.testing.assert_array_equal(table.rows(indices[::-1]), array[indices[::-1]])
+    assert _read_bytes(inner) == before
