@@ -327,11 +327,13 @@ def _interleave(
     merged = np.lexsort((np.arange(len(size)), source, due))
     # A round closes before a group whose source it already holds.
     round_of = np.empty(len(size), dtype=np.int64)
-    current, seen = 0, set[int]()
+    current = 0
+    seen: set[int] = set()
     for position, g in enumerate(merged.tolist()):
         k = int(source[g])
         if k in seen:
-            current, seen = current + 1, set()
+            current += 1
+            seen.clear()
         seen.add(k)
         round_of[position] = current
     # Per sample: its round, its even spot inside its group, its source.
