@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import os
-import random
 import shutil
 import threading
 import time
@@ -36,16 +35,20 @@ from stoker.core.pricing import EpochCost, StoragePrices
 from stoker.core.units import format_bytes
 from stoker.format.reader import ShardDataset, open_dataset
 from stoker.pipeline.cache import SampleCache
-from stoker.pipeline.decode import decode_full, decode_planned
 from stoker.pipeline.order import EpochOrder, OrderConfig, Segment, assign, consumed, epoch_order
 from stoker.pipeline.transforms import PlannedTransform
+from stoker.pipeline.workers import (
+    DEFAULT_SAMPLE_BYTES,
+    ProcessDecoder,
+    SampleDecoder,
+    slice_batch,
+)
 from stoker.pipeline.world import World
 from stoker.storage.cache import CachedStore, DiskCache
 from stoker.storage.open import engine_for
 
 logger = logging.getLogger(__name__)
 
-IMAGE_FIELDS = ("jpg", "jpeg", "png", "webp", "bmp", "tiff", "gif")
 
 
 @dataclass(slots=True)
@@ -149,6 +152,8 @@ class _PendingBatch:
     raw: list[dict[str, Any]]
     out: np.ndarray | None
     tasks: list[Future[list[tuple[int, Any]]]]
+    slot: int | None = None  # process mode: the batch's arena slot
+    process_tasks: list[int] = field(default_factory=list)
 
 
 class Loader:
@@ -186,6 +191,11 @@ class Loader:
             ``w + num_workers``, ...
         log_every_s: Log a one-line summary (images/s, input-bound share, dominant
             stage, requests) at INFO this often while iterating.
+        method: Decode in ``"thread"``s (the default; the decoders release the GIL) or in
+            worker ``"process"``es, for transforms written in Python that hold the GIL.
+            Processes start with spawn, so ``transform`` must be picklable (a module-level
+            function or class); results come back through shared memory (see
+            :mod:`stoker.pipeline.workers`). ``num_threads`` is then the process count.
     """
 
     def __init__(
@@ -210,11 +220,14 @@ class Loader:
         worker: int = 0,
         num_workers: int = 1,
         log_every_s: float | None = None,
+        method: Literal["thread", "process"] = "thread",
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+        if method not in ("thread", "process"):
+            raise ValueError(f"method must be 'thread' or 'process', got {method!r}")
         self.stages = Stages()
         with self.stages.time("index"):
             self.dataset = (
@@ -259,6 +272,9 @@ class Loader:
         self._sizes = [s.samples for s in self.dataset.shards]
         self.log_every_s = log_every_s
         self._transform_s = _ThreadSeconds()  # a user transform's time, per decode thread
+        self.method = method
+        self._decoder = SampleDecoder(transform, seed)
+        self._processes: ProcessDecoder | None = None
         self._last_log = (time.perf_counter(), 0)  # (when, samples then)
 
     # -- order -----------------------------------------------------------------------------
@@ -416,6 +432,16 @@ class Loader:
         mine = [b for b in mine if b >= self._position]
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.num_threads, thread_name_prefix="stoker-decode")
+        if self.method == "process" and self._processes is None:
+            fixed = self.transform.output_size if self._planned else None
+            self._processes = ProcessDecoder(
+                self._decoder,
+                processes=self.num_threads,
+                slots=self.prefetch + 2,
+                batch_size=self.batch_size,
+                sample_bytes=fixed[0] * fixed[1] * 3 if fixed else DEFAULT_SAMPLE_BYTES,
+                queue_depth=(self.prefetch + 2) * self.num_threads,
+            )
         return self._run(batches, mine, self._pool)
 
     def _fetch_plan(self, batches: list[np.ndarray], mine: list[int]) -> list[np.ndarray]:
@@ -515,15 +541,38 @@ class Loader:
     def _start_batch(
         self, ids: np.ndarray, raw: list[dict[str, Any]], pool: ThreadPoolExecutor
     ) -> _PendingBatch:
-        """Submit a batch's decoding: one task per thread, each a contiguous slice."""
+        """Submit a batch's decoding: one task per thread (or process), each a slice."""
         fixed = self.transform.output_size if self._planned else None
         out = np.empty((len(raw), *fixed, 3), dtype=np.uint8) if fixed else None
-        step = -(-len(raw) // self.num_threads) if raw else 1
+        slices = slice_batch(len(raw), self.num_threads)
+        if self._processes is not None:
+            slot = self._processes.acquire_slot()
+            numbers = [
+                self._processes.submit(slot, self.epoch, [(n, int(ids[n]), raw[n]) for n in part])
+                for part in slices
+            ]
+            return _PendingBatch(ids, raw, out, [], slot, numbers)
         tasks = [
-            pool.submit(self._decode_slice, ids, raw, out, first, min(first + step, len(raw)))
-            for first in range(0, len(raw), step)
+            pool.submit(self._decode_slice, ids, raw, out, part.start, part.stop) for part in slices
         ]
         return _PendingBatch(ids, raw, out, tasks)
+
+    def _collect(self, pending: _PendingBatch) -> list[list[tuple[int, Any]]]:
+        if self._processes is None or pending.slot is None:
+            return [task.result() for task in pending.tasks]
+        done = []
+        try:
+            for number in pending.process_tasks:
+                results, seconds = self._processes.collect(number, pending.slot)
+                self.stages.record("decode", seconds, items=len(results), lane="processes")
+                if pending.out is not None:
+                    for n, value in results:
+                        if isinstance(value, np.ndarray):
+                            pending.out[n] = value
+                done.append(results)
+        finally:
+            self._processes.release_slot(pending.slot)
+        return done
 
     def _finish_batch(self, pending: _PendingBatch) -> dict[str, Any]:
         """Wait for a batch's decoding and assemble it (skipping or raising on bad samples)."""
@@ -531,7 +580,7 @@ class Loader:
         keep: list[int] = []
         images: list[Any] = []
         with self.stages.time("wait.decode", items=len(raw)):
-            done = [task.result() for task in pending.tasks]
+            done = self._collect(pending)
         started = time.perf_counter()
         for results in done:
             for n, result in results:
@@ -590,26 +639,26 @@ class Loader:
         return results
 
     def _decode_one(self, index: int, sample: dict[str, Any], out: np.ndarray | None) -> Any:
-        field_name = next((f for f in IMAGE_FIELDS if f in sample), None)
-        if field_name is None:
-            raise ValueError(f"no image field (has {sorted(k for k in sample if k != 'key')})")
-        rng = random.Random((self.order_config.seed * 1_000_003 + self.epoch) * 2**40 + index)
-        if self._planned:
-            return decode_planned(sample[field_name], self.transform, rng, out=out)
-        image = decode_full(sample[field_name])
-        if self.transform is None:
-            return np.asarray(image)
+        if self._planned or self.transform is None:
+            return self._decoder(index, self.epoch, sample, out)
+        # A user transform: time it apart from decoding (the decoder calls it last).
         started = time.perf_counter()
         try:
-            return self.transform(image)
+            return self._decoder(index, self.epoch, sample, out)
         finally:
             self._transform_s.seconds += time.perf_counter() - started
 
     def close(self) -> None:
-        """Stop the decode threads and close the disk cache's files (iterating reopens)."""
+        """Stop the decode threads (or processes) and close the disk cache's files.
+
+        Iterating again starts them anew.
+        """
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
+        if self._processes is not None:
+            self._processes.close()
+            self._processes = None
         store = self.dataset.store
         if isinstance(store, CachedStore):
             store.cache.close()
