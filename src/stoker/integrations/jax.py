@@ -1,0 +1,167 @@
+"""JAX: batches as ``jax.Array``, laid out over the devices by a ``jax.sharding.Sharding``.
+
+::
+
+    loader = JaxLoader(url, batch_size=128, transform=RandomResizedCrop(224))
+    for epoch in range(epochs):
+        loader.set_epoch(epoch)
+        for batch in loader:
+            state = train_step(state, batch["image"], batch["label"])
+
+:class:`stoker.Loader` makes each batch in numpy (threads, ranged GETs, decode of the crop
+only); this module only places it. In multi-process JAX each process is one loader rank
+(``jax.process_index()`` of ``jax.process_count()``) and reads only its share; its
+``batch_size`` samples become its devices' part of one global array of
+``batch_size * process_count`` rows. By default the batch axis is split over every device
+(a one-device run uses that device alone). The next batch is copied to the devices while
+the current one is used.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+
+from stoker.format.reader import ShardDataset
+from stoker.pipeline.loader import Loader, LoaderStats
+
+
+def detect_world() -> tuple[int, int]:
+    """``(rank, world_size)`` of this process: ``(jax.process_index(), jax.process_count())``."""
+    return jax.process_index(), jax.process_count()
+
+
+def batch_sharding(devices: Sequence[jax.Device] | None = None) -> jax.sharding.Sharding:
+    """A sharding that splits the batch (leading) axis over ``devices``.
+
+    Args:
+        devices: Devices of the batch axis; by default all devices, of every process.
+            They are ordered by process, so that each process's rows are contiguous.
+
+    Returns:
+        A ``SingleDeviceSharding`` for one device, else a ``NamedSharding`` over a 1-D
+        mesh with axis ``"batch"``.
+    """
+    chosen = list(devices) if devices is not None else jax.devices()
+    if not chosen:
+        raise ValueError("no devices to place batches on")
+    if len(chosen) == 1:
+        return jax.sharding.SingleDeviceSharding(chosen[0])
+    ordered = sorted(chosen, key=lambda d: (d.process_index, d.id))
+    mesh = jax.sharding.Mesh(np.array(ordered), ("batch",))
+    # jax leaves PartitionSpec.__init__ unannotated.
+    spec = jax.sharding.PartitionSpec("batch")  # type: ignore[no-untyped-call]
+    return jax.sharding.NamedSharding(mesh, spec)
+
+
+def to_arrays(batch: Mapping[str, Any], sharding: jax.sharding.Sharding) -> dict[str, Any]:
+    """The numpy arrays of a batch as global ``jax.Array`` s laid out by ``sharding``.
+
+    Each array is this process's rows of the global array (see
+    ``jax.make_array_from_process_local_data``); other values (keys) pass through.
+
+    Raises:
+        ValueError: Images that are not one array (give a fixed-size transform).
+    """
+    image = batch.get("image")
+    if image is not None and not isinstance(image, np.ndarray):
+        raise ValueError(
+            "images of one batch must form one array to become a jax.Array; use a "
+            "transform with a fixed output size, such as RandomResizedCrop(224)"
+        )
+    # jax leaves make_array_from_process_local_data unannotated.
+    place: Any = jax.make_array_from_process_local_data
+    return {
+        name: place(sharding, value) if isinstance(value, np.ndarray) else value
+        for name, value in batch.items()
+    }
+
+
+class JaxLoader:
+    """Batches of ``jax.Array`` s for a JAX training loop.
+
+    Batches are dicts like :class:`stoker.Loader`'s: ``image`` (``uint8`` ``(N, H, W, 3)``),
+    ``label`` and ``index`` (``int32`` unless ``jax_enable_x64`` is on), and ``key`` (a
+    list of this process's keys). ``state_dict`` counts the batches delivered, not the one
+    already on its way to the devices.
+
+    Args:
+        source: Dataset URL, or an opened :class:`~stoker.format.reader.ShardDataset`.
+        batch_size: Samples per batch of this process; every local device of the batch
+            axis gets an equal part, so it must divide evenly.
+        sharding: Where batches go; default :func:`batch_sharding` over all devices. It is
+            applied to every array of a batch, so name only the leading axis in it.
+        drop_last: Drop each epoch's last incomplete batch (default here, as shapes that
+            change make ``jit`` compile again).
+        **loader_options: Passed to :class:`stoker.Loader` (``transform``, ``shuffle``,
+            ``seed``, ``storage_options``, ...). ``rank`` and ``world_size`` default to
+            :func:`detect_world`; pass them when processes share data (replicas).
+    """
+
+    def __init__(
+        self,
+        source: str | os.PathLike[str] | ShardDataset,
+        *,
+        batch_size: int,
+        sharding: jax.sharding.Sharding | None = None,
+        drop_last: bool = True,
+        **loader_options: Any,
+    ) -> None:
+        options = dict(loader_options)
+        if "rank" not in options and "world_size" not in options:
+            options["rank"], options["world_size"] = detect_world()
+        self.sharding = sharding if sharding is not None else batch_sharding()
+        self.loader = Loader(source, batch_size=batch_size, drop_last=drop_last, **options)
+        self._state: dict[str, Any] | None = None  # the loader's state at the last delivery
+
+    def set_epoch(self, epoch: int) -> None:
+        """Use epoch ``epoch``'s order from the next iteration on."""
+        self._state = None
+        self.loader.set_epoch(epoch)
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the run is (see :meth:`stoker.Loader.state_dict`)."""
+        return dict(self._state) if self._state is not None else self.loader.state_dict()
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue after the last batch ``state`` counted (see
+        :meth:`stoker.Loader.load_state_dict`)."""
+        self._state = None
+        self.loader.load_state_dict(state)
+
+    def stats(self) -> LoaderStats:
+        """The loader's counters (see :meth:`stoker.Loader.stats`)."""
+        return self.loader.stats()
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        upcoming: tuple[dict[str, Any], dict[str, Any]] | None = None
+        for batch in self.loader:
+            # Placing is asynchronous: this copy runs while the caller uses the last batch.
+            ready = (to_arrays(batch, self.sharding), self.loader.state_dict())
+            if upcoming is not None:
+                yield self._deliver(upcoming)
+            upcoming = ready
+        if upcoming is not None:
+            yield self._deliver(upcoming)
+        self._state = None
+
+    def _deliver(self, upcoming: tuple[dict[str, Any], dict[str, Any]]) -> dict[str, Any]:
+        batch, self._state = upcoming
+        return batch
+
+    def close(self) -> None:
+        """Stop the loader's decode threads."""
+        self.loader.close()
+
+    def __enter__(self) -> JaxLoader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
