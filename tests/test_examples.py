@@ -8,13 +8,28 @@ from pathlib import Path
 
 import pytest
 
+from stoker.testing.seaweed import free_ports
+
 EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "examples").glob("*.py"))
+
+# Examples started by a launcher rather than by plain python, as their docstrings say.
+LAUNCHERS = {
+    "torch_ddp.py": ["-m", "torch.distributed.run", "--nproc_per_node=2"],
+}
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=[p.name for p in EXAMPLES])
 def test_example_runs(example: Path) -> None:
+    launcher = LAUNCHERS.get(example.name, [])
+    if launcher:
+        (port,) = free_ports(1)  # torchrun's --master_port=0 hangs its rendezvous
+        launcher = [*launcher, f"--master_port={port}"]
     done = subprocess.run(
-        [sys.executable, str(example)], capture_output=True, text=True, timeout=120, check=False
+        [sys.executable, *launcher, str(example)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip()
