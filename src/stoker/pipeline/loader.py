@@ -34,6 +34,7 @@ from stoker.core.metrics import Stages, StageTotals, TraceEvent
 from stoker.core.pricing import EpochCost, StoragePrices
 from stoker.core.units import format_bytes
 from stoker.format.reader import ShardDataset, open_dataset
+from stoker.pipeline.autotune import AutotuneConfig, Autotuner, ConcurrencyLimit
 from stoker.pipeline.cache import SampleCache
 from stoker.pipeline.order import EpochOrder, OrderConfig, Segment, assign, consumed, epoch_order
 from stoker.pipeline.transforms import PlannedTransform
@@ -48,7 +49,6 @@ from stoker.storage.cache import CachedStore, DiskCache
 from stoker.storage.open import engine_for
 
 logger = logging.getLogger(__name__)
-
 
 
 @dataclass(slots=True)
@@ -180,8 +180,12 @@ class Loader:
         world_size: Number of ranks (default 1).
         drop_last: Drop the last incomplete batch, and even ranks out by dropping samples
             rather than padding with repeats.
-        num_threads: Decode threads (default: the CPU count plus one).
-        prefetch: Read groups fetched ahead (default: enough for two batches, at least 2).
+        num_threads: Decode threads, or ``"auto"``: start at the CPU count plus one and let
+            the autotuner (:mod:`stoker.pipeline.autotune`) adjust them.
+        prefetch: Read groups fetched ahead, or ``"auto"``: start with enough for two
+            batches and deepen while the pipeline waits on the store, within the memory
+            budget of ``autotune``.
+        autotune: Budgets (most threads, most bytes held ahead) and pace of the autotuner.
         order: Shuffle details (block size, group size, mode); ``shuffle`` and ``seed`` set
             its mode and seed. By default blocks hold about 1 MB (4 to 64 samples).
         on_error: ``"raise"`` on an undecodable sample, or ``"skip"`` it (counted and
@@ -213,8 +217,9 @@ class Loader:
         rank: int | None = None,
         world_size: int | None = None,
         drop_last: bool = False,
-        num_threads: int | None = None,
-        prefetch: int | None = None,
+        num_threads: int | Literal["auto"] | None = "auto",
+        prefetch: int | Literal["auto"] | None = "auto",
+        autotune: AutotuneConfig | None = None,
         order: OrderConfig | None = None,
         on_error: Literal["raise", "skip"] = "raise",
         worker: int = 0,
@@ -257,10 +262,26 @@ class Loader:
         self.worker, self.num_workers = self.world.worker, self.world.num_workers
         self.drop_last = drop_last
         # One more decoder than cores: each holds the GIL part of the time (measured best).
-        self.num_threads = num_threads or (os.cpu_count() or 1) + 1
+        self.num_threads = (
+            num_threads if isinstance(num_threads, int) else (os.cpu_count() or 1) + 1
+        )
         # Read groups in flight: enough for two batches ahead, at least two.
         group = self.order_config.block_size * self.order_config.group_blocks
-        self.prefetch = max(1, prefetch or max(2, -(-2 * batch_size // group)))
+        self.prefetch = (
+            max(1, prefetch) if isinstance(prefetch, int) else max(2, -(-2 * batch_size // group))
+        )
+        # Batches decoding at once: fixed, so process mode's shared-memory slots suffice.
+        self._decode_depth = self.prefetch + 1
+        lengths = self.dataset.index.length
+        self._tuner = Autotuner(
+            threads=self.num_threads,
+            prefetch=self.prefetch,
+            group_bytes=group * (float(lengths.mean()) if len(lengths) else 1.0),
+            tune_threads=num_threads in ("auto", None) and method == "thread",
+            tune_prefetch=prefetch in ("auto", None),
+            config=autotune,
+        )
+        self._limit = ConcurrencyLimit(self.num_threads)
         self.on_error = on_error
         self.cache = SampleCache(memory_cache_bytes) if memory_cache_bytes else None
         self.epoch = 0
@@ -400,6 +421,17 @@ class Loader:
             snapshot.disk_cache = store.cache.counters.snapshot()
         return snapshot
 
+    def _retune(self, now: float) -> None:
+        tuner = self._tuner
+        if tuner.settled:
+            return
+        waited = self.stages.snapshot().get("wait.fetch", StageTotals()).seconds
+        tuner.observe(now, self._stats.samples, waited)
+        self.prefetch = tuner.prefetch
+        if tuner.threads != self.num_threads:
+            self.num_threads = tuner.threads
+            self._limit.set_limit(tuner.threads)
+
     def _maybe_log(self, now: float) -> None:
         if self.log_every_s is None or now - self._last_log[0] < self.log_every_s:
             return
@@ -431,16 +463,17 @@ class Loader:
         mine = list(range(self.worker, len(batches), self.num_workers))
         mine = [b for b in mine if b >= self._position]
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(self.num_threads, thread_name_prefix="stoker-decode")
+            threads = self._tuner.max_threads if self._tuner.tune_threads else self.num_threads
+            self._pool = ThreadPoolExecutor(threads, thread_name_prefix="stoker-decode")
         if self.method == "process" and self._processes is None:
             fixed = self.transform.output_size if self._planned else None
             self._processes = ProcessDecoder(
                 self._decoder,
                 processes=self.num_threads,
-                slots=self.prefetch + 2,
+                slots=self._decode_depth + 1,
                 batch_size=self.batch_size,
                 sample_bytes=fixed[0] * fixed[1] * 3 if fixed else DEFAULT_SAMPLE_BYTES,
-                queue_depth=(self.prefetch + 2) * self.num_threads,
+                queue_depth=(self._decode_depth + 1) * self.num_threads,
             )
         return self._run(batches, mine, self._pool)
 
@@ -476,7 +509,7 @@ class Loader:
         pending = deque(mine)
         resumed = time.perf_counter()
         while pending or decodes:
-            while pending and len(decodes) < self.prefetch + 1:
+            while pending and len(decodes) < self._decode_depth:
                 number = pending[0]
                 ids = batches[number]
                 while any(int(i) not in fetched for i in ids):
@@ -503,6 +536,7 @@ class Loader:
                 "consumer.wait", now - resumed, start_s=resumed, items=len(batch["label"])
             )
             self._maybe_log(now)
+            self._retune(now)
             yield batch
             resumed = time.perf_counter()
             self.stages.record("consumer.step", resumed - now, start_s=now, lane="consumer")
@@ -621,17 +655,17 @@ class Loader:
         first: int,
         stop: int,
     ) -> list[tuple[int, Any]]:
-        started = time.perf_counter()
-        results: list[tuple[int, Any]] = []
-        self._transform_s.seconds = 0.0
-        for n in range(first, stop):
-            try:
-                results.append(
-                    (n, self._decode_one(int(ids[n]), raw[n], None if out is None else out[n]))
-                )
-            except ValueError as exc:
-                results.append((n, exc))
-        seconds = time.perf_counter() - started
+        with self._limit:
+            started = time.perf_counter()
+            results: list[tuple[int, Any]] = []
+            self._transform_s.seconds = 0.0
+            for n in range(first, stop):
+                try:
+                    value = self._decode_one(int(ids[n]), raw[n], None if out is None else out[n])
+                    results.append((n, value))
+                except ValueError as exc:
+                    results.append((n, exc))
+            seconds = time.perf_counter() - started
         spent = self._transform_s.seconds
         self.stages.record("decode", seconds - spent, start_s=started, items=stop - first)
         if spent:

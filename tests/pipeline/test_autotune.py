@@ -1,0 +1,127 @@
+"""Autotuner: climbs to the best thread count, deepens prefetch within budget, settles."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from stoker.pack.packer import PackConfig, pack
+from stoker.pipeline.autotune import AutotuneConfig, Autotuner, ConcurrencyLimit
+from stoker.pipeline.loader import Loader
+from stoker.pipeline.transforms import RandomResizedCrop
+from stoker.testing.images import write_image_folder
+
+
+def _drive(tuner: Autotuner, rate_of: object, fetch_share_of: object, windows: int) -> int:
+    """Feed the tuner one-second windows from model functions; return windows until settled."""
+    now, samples, waited = 0.0, 0, 0.0
+    tuner.observe(now, samples, waited)
+    for window in range(windows):
+        now += 1.0
+        samples += int(rate_of(tuner.threads, tuner.prefetch))  # type: ignore[operator]
+        waited += fetch_share_of(tuner.prefetch)  # type: ignore[operator]
+        tuner.observe(now, samples, waited)
+        if tuner.settled:
+            return window + 1
+    return windows
+
+
+@settings(max_examples=60, deadline=None)
+@given(best=st.integers(1, 12), max_threads=st.integers(1, 16), start=st.integers(1, 16))
+def test_threads_climb_to_the_best_within_the_budget(
+    best: int, max_threads: int, start: int
+) -> None:
+    tuner = Autotuner(
+        threads=start,
+        prefetch=2,
+        group_bytes=1e6,
+        tune_threads=True,
+        tune_prefetch=False,
+        config=AutotuneConfig(max_threads=max_threads),
+    )
+
+    def rate(threads: int, prefetch: int) -> float:
+        return 1000.0 - 150.0 * abs(threads - best)  # a single peak at `best`
+
+    windows = _drive(tuner, rate, lambda prefetch: 0.0, 100)
+    assert tuner.settled
+    assert windows <= 20  # a second each: settled within seconds
+    assert 1 <= tuner.threads <= max_threads
+    assert tuner.threads == min(best, max_threads)
+
+
+def test_prefetch_deepens_while_the_store_is_waited_on_and_respects_memory() -> None:
+    tuner = Autotuner(
+        threads=3,
+        prefetch=2,
+        group_bytes=10e6,
+        tune_threads=False,
+        tune_prefetch=True,
+        config=AutotuneConfig(max_buffer_bytes=100_000_000),
+    )
+    _drive(tuner, lambda t, p: 500.0, lambda prefetch: 0.5, 50)  # always waiting on the store
+    assert tuner.settled
+    assert tuner.prefetch == 10  # 100 MB / 10 MB per group, never more
+
+
+def test_prefetch_stays_when_the_store_keeps_up() -> None:
+    tuner = Autotuner(
+        threads=3, prefetch=2, group_bytes=1e6, tune_threads=False, tune_prefetch=True
+    )
+    _drive(tuner, lambda t, p: 500.0, lambda prefetch: 0.0, 10)
+    assert tuner.settled
+    assert tuner.prefetch == 2
+
+
+def test_concurrency_limit_bounds_running_threads() -> None:
+    limit = ConcurrencyLimit(2)
+    running = peak = 0
+    lock = threading.Lock()
+
+    def work() -> None:
+        nonlocal running, peak
+        with limit:
+            with lock:
+                running += 1
+                peak = max(peak, running)
+            time.sleep(0.01)
+            with lock:
+                running -= 1
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for t in threads:
+        t.start()
+    limit.set_limit(3)
+    for t in threads:
+        t.join()
+    assert 2 <= peak <= 3
+
+
+def test_an_autotuned_loader_logs_its_choice_and_keeps_results_exact(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    write_image_folder(tmp_path / "src", files=96, classes=3, width=64, height=48)
+    pack(tmp_path / "src", tmp_path / "ds", config=PackConfig(samples_per_shard=16))
+    caplog.set_level(logging.INFO, logger="stoker.pipeline.autotune")
+    fast = AutotuneConfig(window_s=0.001, max_threads=4)
+    with Loader(
+        str(tmp_path / "ds"), batch_size=4, transform=RandomResizedCrop(16), autotune=fast
+    ) as tuned:
+        auto = list(tuned)
+        threads = tuned.num_threads
+    with Loader(
+        str(tmp_path / "ds"), batch_size=4, transform=RandomResizedCrop(16), num_threads=1
+    ) as fixed:
+        reference = list(fixed)
+    assert "autotune settled" in caplog.text
+    assert 1 <= threads <= 4
+    for a, b in zip(auto, reference, strict=True):
+        assert a["key"] == b["key"]
+        np.testing.assert_array_equal(a["image"], b["image"])
