@@ -154,12 +154,12 @@ def test_truncated_tar_is_refused() -> None:
 def test_corrupt_header_checksum_is_refused() -> None:
     data = bytearray(make_tar([("a.jpg", b"x"), ("b.jpg", b"y")]))
     data[1024] ^= 0x01  # first byte of the second member's name
-    with pytest.raises(SourceError, match=r"t\.tar: bad header checksum at offset 1024"):
+    with pytest.raises(SourceError, match=r"t\.tar: bad header checksum .* at offset 1024"):
         scan_tar(bytes(data), name="t.tar")
 
 
 def test_not_a_tar_is_refused() -> None:
-    with pytest.raises(SourceError, match="bad header checksum at offset 0"):
+    with pytest.raises(SourceError, match="bad header checksum .* at offset 0"):
         scan_tar(b"\x89PNG" + bytes(1020), name="t.tar")
 
 

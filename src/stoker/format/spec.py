@@ -17,6 +17,7 @@ TAR_BLOCK = 512
 MEMBER_MTIME = 0
 
 _KEY = re.compile(r"^[^./][^.]*$")
+_UNSAFE_KEY = re.compile(r"[\\\x00-\x1f\x7f]|^[A-Za-z]:")
 
 
 def shard_name(index: int) -> str:
@@ -28,12 +29,18 @@ def check_key(key: str) -> None:
     """Raise ValueError unless ``key`` can be a WebDataset sample key in our shards.
 
     A key has no ``.`` (WebDataset splits member names at the first dot), does not start
-    with ``/``, has no empty or ``..`` segments, and is at most 200 bytes of UTF-8.
+    with ``/`` or a drive letter (``C:``), has no empty or ``..`` segments, no backslash and
+    no control character, and is at most 200 bytes of UTF-8: readers refuse member names
+    that could escape a directory they are extracted into.
     """
-    if not _KEY.match(key) or any(part in ("", "..") for part in key.split("/")):
+    if (
+        not _KEY.match(key)
+        or _UNSAFE_KEY.search(key)
+        or any(part in ("", "..") for part in key.split("/"))
+    ):
         raise ValueError(
-            f"invalid sample key {key!r}: keys may not contain '.', start with '/', "
-            f"or have empty or '..' segments"
+            f"invalid sample key {key!r}: keys may not contain '.', a backslash or a control "
+            "character, start with '/' or a drive letter, or have empty or '..' segments"
         )
     if len(key.encode("utf-8")) > 200:
         raise ValueError(f"sample key {key[:40]!r}... is longer than 200 bytes")

@@ -6,9 +6,12 @@ member's data: a sample is later read with one ranged request over its span. Mem
 grouped by the WebDataset rule: the key is the member path up to the first ``.`` of its
 base name, the extension is the rest, lowercased, and one sample's members are consecutive.
 
-Anything that is not a plain file or a directory (links, devices, fifos, sparse files) is
-refused, and so are absolute paths and ``..`` segments, bad header checksums and truncated
-archives, with a :class:`~stoker.errors.SourceError` that names the tar and the member.
+Headers are read by the helpers of :mod:`stoker.format.tar`, which the shard reader uses
+too. Anything that is not a plain file or a directory (links, devices, fifos, sparse files) is
+refused, and so are names with an absolute path, a drive letter, a ``..`` segment, a
+backslash or a control character, directory entries between the members of one sample, bad
+header checksums and truncated archives, with a :class:`~stoker.errors.SourceError` that
+names the tar and the member.
 """
 
 from __future__ import annotations
@@ -21,24 +24,24 @@ from typing import Any
 from stoker.errors import SourceError
 from stoker.format.foreign.base import Sample, SampleRef
 from stoker.format.foreign.locations import LocationReader
+from stoker.format.tar import (
+    DIRECTORY_TYPES,
+    GNU_LONG_TYPES,
+    PAX_TYPES,
+    REFUSED_TYPES,
+    REGULAR_TYPES,
+    check_header,
+    header_number,
+    member_name,
+    padded,
+    pax_records,
+    pax_size,
+)
 
 logger = logging.getLogger(__name__)
 
 _BLOCK = 512
 _ZERO_BLOCK = bytes(_BLOCK)
-_REGULAR = (b"0", b"\0", b"7")
-_DIRECTORY = (b"5", b"D", b"V")  # directory, GNU dump directory, GNU volume label
-_PAX = (b"x", b"g")
-_GNU_LONG = (b"L", b"K")  # long name, long link name
-_REFUSED = {
-    b"1": "a hard link",
-    b"2": "a symbolic link",
-    b"3": "a character device",
-    b"4": "a block device",
-    b"6": "a fifo",
-    b"S": "a GNU sparse file",
-    b"M": "a GNU multi-volume continuation",
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +90,7 @@ def scan_tar(data: bytes | memoryview, *, name: str) -> list[TarSample]:
     long_name: bytes | None = None
     chain_start: int | None = None  # first header of the member being assembled
     current: TarSample | None = None
+    directory: str | None = None  # a directory entry seen since the current sample's last member
     pos = 0
     while True:
         if pos + _BLOCK > total:
@@ -100,47 +104,52 @@ def scan_tar(data: bytes | memoryview, *, name: str) -> list[TarSample]:
                     "end of the archive instead of a member"
                 )
             break
-        _verify_checksum(header, name=name, offset=pos)
         typeflag = header[156:157]
-        size = _number(header[124:136], name=name, offset=pos, field="size")
-        if typeflag not in _PAX and typeflag not in _GNU_LONG:
-            merged = {**global_pax, **pending_pax}
-            if merged.get("size"):
-                size = _pax_int(merged["size"], name=name, offset=pos)
+        start = pos if chain_start is None else chain_start
+        try:
+            check_header(header)
+            size = header_number(header[124:136], "size")
+            if typeflag not in PAX_TYPES and typeflag not in GNU_LONG_TYPES:
+                declared = {**global_pax, **pending_pax}.get("size")
+                size = pax_size(declared) if declared else size
+        except ValueError as exc:
+            raise SourceError(f"{name}: {exc} at offset {pos}") from None
         data_offset = pos + _BLOCK
-        padded_end = data_offset + -(-size // _BLOCK) * _BLOCK
+        padded_end = data_offset + padded(size)
         if padded_end > total:
             raise SourceError(
                 f"{name}: truncated tar: member at offset {pos} declares {size} bytes of "
                 f"data but the archive ends at offset {total}"
             )
-        start = pos if chain_start is None else chain_start
         pos = padded_end
-        if typeflag in _PAX:
+        if typeflag in PAX_TYPES or typeflag in GNU_LONG_TYPES:
             raw = bytes(view[data_offset : data_offset + size])
-            records = _parse_pax(raw, name=name, offset=start)
-            if typeflag == b"g":
-                global_pax.update(records)
-                global_pax = {k: v for k, v in global_pax.items() if v}
-            else:
-                pending_pax.update(records)
-            chain_start = start
-            continue
-        if typeflag in _GNU_LONG:
-            if typeflag == b"L":
-                long_name = bytes(view[data_offset : data_offset + size]).split(b"\0", 1)[0]
+            try:
+                if typeflag == b"g":
+                    records = pax_records(raw)
+                    global_pax = {k: v for k, v in {**global_pax, **records}.items() if v}
+                elif typeflag == b"x":
+                    pending_pax.update(pax_records(raw))
+                elif typeflag == b"L":
+                    long_name = raw.split(b"\0", 1)[0]
+            except ValueError as exc:
+                raise SourceError(f"{name}: {exc} in the header at offset {start}") from None
             chain_start = start
             continue
         merged = {**global_pax, **pending_pax}
-        path = _member_path(header, merged, long_name, name=name, offset=start)
+        try:
+            path = member_name(header, merged, long_name)
+        except ValueError as exc:
+            raise SourceError(f"{name}: {exc} (header at offset {start})") from None
         pending_pax, long_name, chain_start = {}, None, None
         if any(k.startswith("GNU.sparse.") for k in merged):
             raise SourceError(f"{name}: member {path!r} is a GNU sparse file; not supported")
-        if typeflag in _REFUSED:
-            raise SourceError(f"{name}: member {path!r} is {_REFUSED[typeflag]}; not allowed")
-        if typeflag in _DIRECTORY or (typeflag in _REGULAR and path.endswith("/")):
+        if typeflag in REFUSED_TYPES:
+            raise SourceError(f"{name}: member {path!r} is {REFUSED_TYPES[typeflag]}; not allowed")
+        if typeflag in DIRECTORY_TYPES or (typeflag in REGULAR_TYPES and path.endswith("/")):
+            directory = path
             continue
-        if typeflag not in _REGULAR:
+        if typeflag not in REGULAR_TYPES:
             raise SourceError(
                 f"{name}: member {path!r} has unsupported type {typeflag.decode('latin-1')!r}"
             )
@@ -150,6 +159,12 @@ def scan_tar(data: bytes | memoryview, *, name: str) -> list[TarSample]:
             continue
         key, ext = split
         if current is not None and current.key == key:
+            # The reader parses the span between them too, and refuses directory entries.
+            if directory is not None:
+                raise SourceError(
+                    f"{name}: directory entry {directory!r} lies between the members of "
+                    f"sample {key!r}"
+                )
             if any(ext == member[0] for member in current.members):
                 raise SourceError(f"{name}: sample {key!r} has two {ext!r} members ({path!r})")
             current.members.append((ext, data_offset, size))
@@ -162,6 +177,7 @@ def scan_tar(data: bytes | memoryview, *, name: str) -> list[TarSample]:
                 "a sample's members must be consecutive"
             )
         seen.add(key)
+        directory = None
         current = TarSample(key, [(ext, data_offset, size)], start, padded_end)
         samples.append(current)
     return samples
@@ -277,88 +293,6 @@ def _to_ref(sample: TarSample, data: bytes, *, tar: str) -> SampleRef:
         length=sample.span_end - sample.span_start,
         extra=tuple((ext, off - sample.span_start, size) for ext, off, size in sample.members),
     )
-
-
-def _verify_checksum(header: bytes, *, name: str, offset: int) -> None:
-    stored = _number(header[148:156], name=name, offset=offset, field="checksum")
-    rest = header[:148] + header[156:]
-    unsigned = sum(rest) + 8 * ord(" ")
-    if stored == unsigned:
-        return
-    # Some old writers summed signed chars; tarfile accepts both, and so do we.
-    signed = unsigned - 256 * sum(1 for byte in rest if byte >= 0x80)
-    if stored != signed:
-        raise SourceError(
-            f"{name}: bad header checksum at offset {offset}: stored {stored}, "
-            f"computed {unsigned} (corrupt or not a tar)"
-        )
-
-
-def _number(raw: bytes, *, name: str, offset: int, field: str) -> int:
-    if raw[:1] and raw[0] & 0x80:
-        # GNU base-256: the high bit marks it; 0xff would mean a negative number.
-        if raw[0] == 0xFF:
-            raise SourceError(f"{name}: negative {field} in header at offset {offset}")
-        return int.from_bytes(bytes([raw[0] & 0x7F]) + raw[1:], "big")
-    text = raw.split(b"\0", 1)[0].strip()
-    try:
-        return int(text, 8) if text else 0
-    except ValueError:
-        raise SourceError(
-            f"{name}: bad {field} field {raw!r} in header at offset {offset}"
-        ) from None
-
-
-def _pax_int(value: bytes, *, name: str, offset: int) -> int:
-    if not value.isdigit():
-        raise SourceError(f"{name}: bad pax size {value!r} in header at offset {offset}")
-    return int(value)
-
-
-def _parse_pax(raw: bytes, *, name: str, offset: int) -> dict[str, bytes]:
-    # Records are "LENGTH KEY=VALUE\n", LENGTH counting the whole record.
-    records: dict[str, bytes] = {}
-    pos = 0
-    while pos < len(raw) and raw[pos] != 0:
-        space = raw.find(b" ", pos)
-        length_text = raw[pos:space] if space > pos else b""
-        length = int(length_text) if length_text.isdigit() else 0
-        record = raw[space + 1 : pos + length]
-        key, sep, value = record[:-1].partition(b"=")
-        if length <= 0 or pos + length > len(raw) or not record.endswith(b"\n") or not sep:
-            raise SourceError(f"{name}: malformed pax header at offset {offset}")
-        try:
-            records[key.decode("utf-8")] = value
-        except UnicodeDecodeError:
-            raise SourceError(
-                f"{name}: pax header at offset {offset} has a non-UTF-8 key"
-            ) from None
-        pos += length
-    return records
-
-
-def _member_path(
-    header: bytes, pax: dict[str, bytes], long_name: bytes | None, *, name: str, offset: int
-) -> str:
-    if pax.get("path"):
-        raw = pax["path"]
-    elif long_name is not None:
-        raw = long_name
-    else:
-        raw = header[:100].split(b"\0", 1)[0]
-        prefix = header[345:500].split(b"\0", 1)[0]
-        # Only POSIX ustar headers have a prefix field; GNU headers keep other data there.
-        if header[257:265] == b"ustar\x0000" and prefix:
-            raw = prefix + b"/" + raw
-    try:
-        path = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise SourceError(f"{name}: member name {raw!r} at offset {offset} is not UTF-8") from None
-    if path.startswith("/"):
-        raise SourceError(f"{name}: member {path!r} has an absolute path; not allowed")
-    if ".." in path.split("/"):
-        raise SourceError(f"{name}: member {path!r} has a '..' path segment; not allowed")
-    return path
 
 
 def _split_member(path: str, *, name: str) -> tuple[str, str] | None:
