@@ -17,7 +17,15 @@ from typing import Any
 
 import pytest
 
-from stoker.testing.netproxy import FaultConfig, LinkConfig, NetProxy, main, parse_rate
+from stoker.testing.faults import ResponseCutter
+from stoker.testing.netproxy import (
+    FAULT_KINDS,
+    FaultConfig,
+    LinkConfig,
+    NetProxy,
+    main,
+    parse_rate,
+)
 
 NO_DELAY = LinkConfig(rtt_s=0.0, connect_rtts=0.0)
 
@@ -85,6 +93,10 @@ class _Handler(BaseHTTPRequestHandler):
 class _Server(ThreadingHTTPServer):
     daemon_threads = False  # server_close() joins the handler threads
     upstream: Upstream
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exception(), ConnectionError):  # faults reset connections
+            super().handle_error(request, client_address)
 
 
 @pytest.fixture
@@ -241,7 +253,7 @@ def test_reset_fault_breaks_the_client_connection(
     with connect(proxy.port) as conn:
         assert request(conn, "GET", "/obj")[0] == 200
     assert [p for _, p, _ in upstream.seen] == ["/obj"]
-    assert proxy.stats().faults == {"503": 0, "500": 0, "reset": 1}
+    assert proxy.stats().faults == {**dict.fromkeys(FAULT_KINDS, 0), "reset": 1}
 
 
 def test_fault_rate_is_seeded_and_counted_exactly(
@@ -439,3 +451,187 @@ def test_cli_rejects_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None:
         main(["--upstream", "10.1.1.1:80"])
     assert excinfo.value.code == 2
     assert "loopback" in capsys.readouterr().err
+
+
+# -- response faults: the request is forwarded, its response spoiled -----------------------
+
+
+def raw_exchange(port: int, request_bytes: bytes, *, timeout_s: float = 5.0) -> tuple[bytes, str]:
+    """Send one raw request; read until the connection ends. Returns (bytes, how it ended)."""
+    received = b""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as sock:
+        sock.sendall(request_bytes)
+        try:
+            while chunk := sock.recv(65536):
+                received += chunk
+        except ConnectionResetError:
+            return received, "reset"
+        except TimeoutError:
+            return received, "timeout"
+    return received, "eof"
+
+
+def split_response(data: bytes) -> tuple[bytes, bytes]:
+    end = data.find(b"\r\n\r\n")
+    assert end > 0, data[:200]
+    return data[: end + 4], data[end + 4 :]
+
+
+def get(path: str) -> bytes:
+    return f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+
+
+def test_truncate_delivers_half_the_body_then_closes_cleanly(
+    make_proxy: Callable[..., NetProxy], upstream: Upstream
+) -> None:
+    proxy = make_proxy(faults=FaultConfig(fault_rate=1.0, kinds=("truncate",)))
+    data, ended = raw_exchange(proxy.port, get("/t?size=100001"))
+    head, body = split_response(data)
+    assert ended == "eof"
+    assert head.startswith(b"HTTP/1.1 200")
+    assert b"Content-Length: 100001" in head
+    assert body == payload("/t", 100001)[:50000]  # exactly half, then FIN
+    assert [p for _, p, _ in upstream.seen] == ["/t?size=100001"]  # it was forwarded
+    stats = proxy.stats()
+    assert (stats.requests, stats.forwarded, stats.faults["truncate"]) == (1, 0, 1)
+
+
+def test_body_reset_delivers_at_most_half_the_body_then_resets(
+    make_proxy: Callable[..., NetProxy], upstream: Upstream
+) -> None:
+    proxy = make_proxy(faults=FaultConfig(fault_rate=1.0, kinds=("body_reset",)))
+    with connect(proxy.port) as conn:
+        conn.request("GET", "/r?size=200000")
+        response = conn.getresponse()
+        assert response.status == 200  # the head arrived
+        with pytest.raises((ConnectionError, http.client.IncompleteRead)):
+            response.read()
+    data, ended = raw_exchange(proxy.port, get("/r?size=200000"))
+    assert ended == "reset"
+    body = data[data.find(b"\r\n\r\n") + 4 :] if b"\r\n\r\n" in data else b""
+    assert len(body) <= 100000
+    assert body == payload("/r", 200000)[: len(body)]
+    assert len(upstream.seen) == 2
+    assert proxy.stats().faults["body_reset"] == 2
+
+
+def test_a_response_without_a_body_is_cut_in_its_head(
+    make_proxy: Callable[..., NetProxy], upstream: Upstream
+) -> None:
+    proxy = make_proxy(faults=FaultConfig(fault_rate=1.0, kinds=("truncate",)))
+    for request_bytes in (get("/empty?size=0"), b"HEAD /h HTTP/1.1\r\nHost: x\r\n\r\n"):
+        data, ended = raw_exchange(proxy.port, request_bytes)
+        assert ended == "eof"
+        assert data.startswith(b"HTTP/1.")
+        assert b"\r\n\r\n" not in data  # the head itself is incomplete
+    assert len(upstream.seen) == 2
+
+
+def test_stall_holds_the_response_until_the_client_gives_up(
+    make_proxy: Callable[..., NetProxy], upstream: Upstream
+) -> None:
+    proxy = make_proxy(faults=FaultConfig(fault_rate=1.0, kinds=("stall",)))
+    data, ended = raw_exchange(proxy.port, get("/s?size=30000"), timeout_s=0.5)
+    assert ended == "timeout"  # no EOF, no reset: the connection just stops
+    head, body = split_response(data)
+    assert b"200" in head.split(b"\r\n")[0]
+    assert body == payload("/s", 30000)[:15000]
+    proxy.set_faults(FaultConfig())
+    with connect(proxy.port) as conn:  # the proxy still serves other connections
+        assert request(conn, "GET", "/after?size=10")[::2] == (200, payload("/after", 10))
+    assert [p for _, p, _ in upstream.seen] == ["/s?size=30000", "/after?size=10"]
+
+
+def test_stopping_the_proxy_ends_a_stalled_connection(upstream: Upstream) -> None:
+    proxy = NetProxy(
+        "127.0.0.1",
+        upstream.port,
+        link=NO_DELAY,
+        faults=FaultConfig(fault_rate=1.0, kinds=("stall",)),
+    )
+    proxy.start()
+    sock = socket.create_connection(("127.0.0.1", proxy.port), timeout=5)
+    try:
+        sock.sendall(get("/held?size=1000"))
+        first = sock.recv(65536)
+        assert first.startswith(b"HTTP/1.")
+        proxy.stop()
+        rest = b""
+        with contextlib.suppress(ConnectionResetError):
+            while chunk := sock.recv(65536):
+                rest += chunk
+        assert len(split_response(first + rest)[1]) == 500  # nothing after the cut point
+    finally:
+        sock.close()
+        proxy.stop()
+
+
+def test_503_carries_the_configured_retry_after(make_proxy: Callable[..., NetProxy]) -> None:
+    proxy = make_proxy(faults=FaultConfig(fault_rate=1.0, kinds=("503",), retry_after_s=7))
+    with connect(proxy.port) as conn:
+        status, headers, _ = request(conn, "GET", "/busy")
+    assert (status, headers["Retry-After"]) == (503, "7")
+
+
+def test_mixed_kinds_are_all_drawn_and_counted(
+    make_proxy: Callable[..., NetProxy], upstream: Upstream
+) -> None:
+    faults = FaultConfig(fault_rate=0.5, kinds=FAULT_KINDS, seed=11)
+    proxy = make_proxy(faults=faults)
+    for i in range(120):
+        raw_exchange(proxy.port, get(f"/m{i}?size=2000"), timeout_s=0.05)
+    stats = proxy.stats()
+    assert stats.requests == 120
+    assert all(stats.faults[kind] > 0 for kind in FAULT_KINDS), stats.faults
+    assert stats.faulted + stats.forwarded == stats.requests
+    response_faults = sum(stats.faults[k] for k in ("body_reset", "truncate", "stall"))
+    assert len(upstream.seen) == stats.forwarded + response_faults
+
+
+_OK10 = b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n"
+_CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+_OK4 = b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\n"
+_CHUNKED = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+
+@pytest.mark.parametrize(
+    ("kind", "head_only", "response", "expected"),
+    [
+        # Content-Length: half the body.
+        ("truncate", False, _OK10 + b"0123456789", _OK10 + b"01234"),
+        # An interim 100 Continue passes whole; the final response is cut.
+        ("body_reset", False, _CONTINUE + _OK4 + b"abcd", _CONTINUE + _OK4 + b"ab"),
+        # Chunked (no length announced): the head passes, none of the body.
+        ("stall", False, _CHUNKED + b"4\r\nabcd\r\n0\r\n\r\n", _CHUNKED),
+        # The answer to a HEAD has no body, whatever it announces: half its head passes.
+        ("truncate", True, _OK10, _OK10[: len(_OK10) // 2]),
+    ],
+)
+@pytest.mark.parametrize("step", [1, 7, 1000])
+def test_response_cutter(
+    kind: str, head_only: bool, response: bytes, expected: bytes, step: int
+) -> None:
+    cutter = ResponseCutter(kind, head_only=head_only)
+    out = b"".join(cutter.feed(response[i : i + step]) for i in range(0, len(response), step))
+    assert (out, cutter.cut) == (expected, True)
+    assert cutter.feed(b"more") == b""
+
+
+def test_response_cutter_rejects_request_faults() -> None:
+    with pytest.raises(ValueError, match="not a response fault"):
+        ResponseCutter("503", head_only=False)
+
+
+def test_cli_passes_retry_after(upstream: Upstream) -> None:
+    command = [sys.executable, "-m", "stoker.testing.netproxy", "--upstream"]
+    command += [f"127.0.0.1:{upstream.port}", "--rtt-ms", "0", "--fault-rate", "1"]
+    command += ["--fault-kinds", "503", "--retry-after", "9"]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, text=True) as proc:
+        assert proc.stdout is not None
+        port = int(proc.stdout.readline().split(" -> ")[0].rpartition(":")[2])
+        with connect(port) as conn:
+            status, headers, _ = request(conn, "GET", "/x")
+        proc.terminate()
+        proc.stdout.read()
+        assert proc.wait(timeout=10) == 0
+    assert (status, headers["Retry-After"]) == (503, "9")

@@ -10,7 +10,9 @@ packet-level emulation (no slow start, no loss).
 
 Client-to-server bytes are HTTP/1.1 requests, not pipelined.  Only their heads are parsed
 (bodies are counted by ``Content-Length`` or chunked framing), so that a request can be
-answered with an S3 ``503 SlowDown``, a ``500 InternalError`` or a TCP reset instead.
+answered with an S3 ``503 SlowDown``, a ``500 InternalError`` or a TCP reset instead, or
+forwarded with its response reset, truncated or stalled part-way (:mod:`stoker.testing.faults`
+describes each kind).
 
 Run it as ``python -m stoker.testing.netproxy --upstream 127.0.0.1:8333 --rtt-ms 20``.
 """
@@ -25,7 +27,6 @@ import enum
 import ipaddress
 import logging
 import math
-import random
 import re
 import signal
 import socket
@@ -34,6 +35,15 @@ import threading
 from dataclasses import dataclass, field, replace
 from types import FrameType
 from typing import cast
+
+from stoker.testing.faults import (
+    FAULT_KINDS,
+    RESPONSE_FAULTS,
+    FaultConfig,
+    FaultPolicy,
+    ResponseCutter,
+    error_response,
+)
 
 __all__ = [
     "FAULT_KINDS",
@@ -47,17 +57,10 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 
-FAULT_KINDS = ("503", "500", "reset")
-"""The fault kinds that `FaultConfig.kinds` may name."""
-
 _TIMER_SLACK = 0.0005  # event-loop timers fire late (epoll rounds up to 1 ms): aim a bit early
 _QUEUE_MAX_S = 0.05  # like a router buffer: stop reading while more than this waits for the link
 _QUEUE_MAX_BYTES = 8 << 20  # per connection and direction: bounds memory on uncapped links
 _HEAD_MAX = 64 << 10  # a longer request head is not HTTP we understand: pass the rest through
-_ERRORS = {
-    "503": ("503 Slow Down", "SlowDown", "Please reduce your request rate."),
-    "500": ("500 Internal Server Error", "InternalError", "We encountered an internal error."),
-}
 # Request parser states; _RAW passes bytes through unparsed, _DEAD drops them.
 _HEAD, _BODY, _CHUNK_SIZE, _CHUNK_DATA, _TRAILER, _RAW, _DEAD = range(7)
 
@@ -85,43 +88,6 @@ class LinkConfig:
                 raise ValueError(f"LinkConfig.{name} must be a finite number >= 0, got {value!r}")
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class FaultConfig:
-    """Which HTTP requests the proxy answers with a fault instead of forwarding them.
-
-    Attributes:
-        fault_rate: Probability in [0, 1] that an eligible request is faulted.
-        kinds: Fault kinds to choose among, uniformly: "503" (S3 SlowDown), "500" (S3
-            InternalError) or "reset" (the client connection is reset).
-        seed: Seed of the random generator that takes the decisions.
-        fault_paths: Only requests whose request-target contains this substring are
-            eligible; None means all.
-        fault_methods: Only requests with one of these methods are eligible; None means all.
-    """
-
-    fault_rate: float = 0.0
-    kinds: tuple[str, ...] = ("503",)
-    seed: int = 0
-    fault_paths: str | None = None
-    fault_methods: frozenset[str] | None = None
-
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.fault_rate <= 1.0:
-            raise ValueError(f"FaultConfig.fault_rate must be in [0, 1], got {self.fault_rate!r}")
-        kinds = self.kinds
-        if isinstance(kinds, str) or not kinds or any(k not in FAULT_KINDS for k in kinds):
-            raise ValueError(f"FaultConfig.kinds must name some of {FAULT_KINDS}, got {kinds!r}")
-        object.__setattr__(self, "kinds", tuple(kinds))
-        methods = self.fault_methods
-        if methods is not None:
-            if isinstance(methods, str) or not methods:
-                raise ValueError(
-                    "FaultConfig.fault_methods must be None (all methods) or a non-empty set "
-                    f"of method names, got {methods!r}"
-                )
-            object.__setattr__(self, "fault_methods", frozenset(m.upper() for m in methods))
-
-
 @dataclass(slots=True, kw_only=True)
 class ProxyStats:
     """Counters of one proxy; `NetProxy.stats` returns a snapshot copy.
@@ -129,8 +95,9 @@ class ProxyStats:
     Attributes:
         connections: Client connections accepted.
         requests: HTTP requests seen from clients: forwarded plus faulted.
-        forwarded: Requests forwarded to the upstream server.
-        faults: Requests answered with a fault instead, by fault kind.
+        forwarded: Requests forwarded to the upstream server untouched.
+        faults: Requests faulted, by fault kind (response faults are forwarded too, but
+            counted here and not in ``forwarded``).
         bytes_up: Bytes read from clients.
         bytes_down: Bytes read from the upstream server.
     """
@@ -160,23 +127,6 @@ class _Link:
     def __init__(self, rate: float) -> None:
         self.rate = rate
         self.free_at = 0.0
-
-
-class _FaultPolicy:
-    def __init__(self, config: FaultConfig) -> None:
-        self.config = config
-        self.rng = random.Random(config.seed)
-
-    def choose(self, method: str, target: str) -> str | None:
-        cfg = self.config
-        if (
-            cfg.fault_rate <= 0.0
-            or (cfg.fault_methods is not None and method not in cfg.fault_methods)
-            or (cfg.fault_paths is not None and cfg.fault_paths not in target)
-            or self.rng.random() >= cfg.fault_rate
-        ):
-            return None
-        return self.rng.choice(cfg.kinds)
 
 
 class _Channel:
@@ -279,8 +229,10 @@ class _Conn(asyncio.Protocol):
         self.down = _Channel(self, proxy._down_link, half, 0.0)
         self.closed = False
         self.state, self.buf, self.remaining = _HEAD, b"", 0
-        self.fault: str | None = None  # the fault chosen for the request being read
+        self.fault: str | None = None  # the request fault chosen for the request being read
         self.head_only = False  # that request is a HEAD: its error response has no body
+        self.cutter: ResponseCutter | None = None  # spoils the response being received
+        self.stalled = False  # a "stall" cut its response: hold the client until it gives up
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.client = self.up.src = self.down.dst = cast(asyncio.Transport, transport)
@@ -376,8 +328,14 @@ class _Conn(asyncio.Protocol):
             self._lost_framing(now)
             return
         method = request_line[0].decode("latin-1")
-        self.fault = self.proxy._decide(method, request_line[1].decode("latin-1"))
+        fault = self.proxy._decide(method, request_line[1].decode("latin-1"))
         self.head_only = method == "HEAD"
+        # A response fault forwards the request; requests are not pipelined, so the next
+        # response from the server is this request's.
+        self.cutter = None
+        if fault in RESPONSE_FAULTS:
+            self.cutter, fault = ResponseCutter(fault, head_only=self.head_only), None
+        self.fault = fault
         self._take(out, head, now)
         if self.fault == "reset":
             self.down.push(_Act.RESET, 0, self.up.last, now)
@@ -398,17 +356,12 @@ class _Conn(asyncio.Protocol):
             self.fault = None
 
     def _respond(self, now: float, *, close: bool) -> None:
-        status, code, message = _ERRORS[self.fault or "503"]
-        body = (
-            '<?xml version="1.0" encoding="UTF-8"?>\n'
-            f"<Error><Code>{code}</Code><Message>{message}</Message></Error>"
-        ).encode()
-        connection = "Connection: close\r\n" if close else ""
-        head = (
-            f"HTTP/1.1 {status}\r\nContent-Type: application/xml\r\nRetry-After: 0\r\n"
-            f"Content-Length: {len(body)}\r\n{connection}\r\n"
-        ).encode()
-        response = head if self.head_only else head + body
+        response = error_response(
+            self.fault or "503",
+            retry_after_s=self.proxy._policy.config.retry_after_s,
+            close=close,
+            head_only=self.head_only,
+        )
         # It leaves one RTT after the request did: half to reach the server, half to return.
         self.down.push(response, len(response), self.up.last, now)
         if close:
@@ -441,7 +394,28 @@ class _Conn(asyncio.Protocol):
         if self.up.timer is None:
             self.up.flush()
 
+    def response_received(self, data: bytes) -> None:
+        now = self.loop.time()
+        cutter = self.cutter
+        if cutter is None:
+            self.down.feed(data, now)
+            return
+        if cutter.cut:
+            return  # after the cut point, the server's bytes go nowhere
+        data = cutter.feed(data)
+        if data:
+            self.down.feed(data, now)
+        if not cutter.cut:
+            return
+        if cutter.kind == "stall":
+            self.stalled = True
+            self.up.stop()  # the client waits for this response: it sends nothing more
+        else:
+            self.down.push(_Act.RESET if cutter.kind == "body_reset" else _Act.CLOSE, 0, now, now)
+
     def upstream_lost(self) -> None:
+        if self.stalled:
+            return  # the client still waits; it must see nothing before its timeout
         if not self.closed:  # deliver what the server sent, then close the client
             now = self.loop.time()
             self.up.stop()
@@ -489,11 +463,12 @@ class _Upstream(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.conn.proxy._stats.bytes_down += len(data)
-        self.conn.down.feed(data, self.conn.loop.time())
+        self.conn.response_received(data)
 
     def eof_received(self) -> bool:
-        now = self.conn.loop.time()
-        self.conn.down.push(_Act.EOF, 0, now, now)
+        if not self.conn.stalled:
+            now = self.conn.loop.time()
+            self.conn.down.push(_Act.EOF, 0, now, now)
         return True
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -572,7 +547,7 @@ class NetProxy:
             _Link(link.bandwidth_bytes_s),
             _Link(link.bandwidth_bytes_s),
         )
-        self._policy = _FaultPolicy(faults)
+        self._policy = FaultPolicy(faults)
         self._stats = ProxyStats()
         self._lock = threading.Lock()  # guards the request counters in _stats
         self._conns: set[_Conn] = set()
@@ -636,7 +611,7 @@ class NetProxy:
 
         The random generator restarts from faults.seed.
         """
-        self._policy = _FaultPolicy(faults)  # one reference swap: atomic
+        self._policy = FaultPolicy(faults)  # one reference swap: atomic
 
     def __enter__(self) -> NetProxy:
         self.start()
@@ -757,6 +732,7 @@ def main(argv: list[str] | None = None) -> int:
     add("--fault-seed", type=int, default=faults.seed, help="seed of the fault decisions")
     add("--fault-paths", help="fault only request-targets that contain this")
     add("--fault-methods", type=_names, help="fault only these methods, e.g. GET,PUT")
+    add("--retry-after", type=int, default=faults.retry_after_s, help="Retry-After of 503/500, s")
     args = parser.parse_args(argv)
     host, port = args.upstream
     listen = {"listen_host": args.listen[0], "listen_port": args.listen[1]} if args.listen else {}
@@ -771,6 +747,7 @@ def main(argv: list[str] | None = None) -> int:
             seed=args.fault_seed,
             fault_paths=args.fault_paths,
             fault_methods=methods,
+            retry_after_s=args.retry_after,
         )
         proxy = NetProxy(host, port, link=link, faults=faults, **listen)
     except ValueError as exc:
