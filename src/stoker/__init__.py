@@ -17,6 +17,8 @@ from stoker.pack.packer import PackConfig, PackReport, pack
 from stoker.pack.reencode import ImagePolicy
 from stoker.pipeline import transforms
 from stoker.pipeline.loader import Loader, LoaderStats
+from stoker.pipeline.mixing import MixConfig
+from stoker.pipeline.windows import WindowConfig
 from stoker.storage import (
     MemoryStore,
     ObjectMeta,
@@ -37,6 +39,7 @@ __all__ = [
     "Loader",
     "LoaderStats",
     "MemoryStore",
+    "MixConfig",
     "ObjectMeta",
     "ObjectNotFoundError",
     "PackConfig",
@@ -53,6 +56,7 @@ __all__ = [
     "TransferConfig",
     "TransferError",
     "TransferReport",
+    "WindowConfig",
     "download",
     "open_dataset",
     "open_store",

@@ -17,12 +17,13 @@ in :meth:`Loader.load_state_dict`.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import shutil
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,10 +35,14 @@ from stoker.core.metrics import Stages, StageTotals, TraceEvent
 from stoker.core.pricing import EpochCost, StoragePrices
 from stoker.core.units import format_bytes
 from stoker.format.reader import ShardDataset, open_dataset
+from stoker.format.sidetable import SideTable, open_side_table
 from stoker.pipeline.autotune import AutotuneConfig, Autotuner, ConcurrencyLimit
 from stoker.pipeline.cache import SampleCache
-from stoker.pipeline.order import EpochOrder, OrderConfig, Segment, assign, consumed, epoch_order
+from stoker.pipeline.mixing import MixConfig, SourceShare
+from stoker.pipeline.order import EpochOrder, OrderConfig, Segment, assign, consumed
+from stoker.pipeline.sources import DatasetSource, MixedSource, Source, WindowSource
 from stoker.pipeline.transforms import PlannedTransform
+from stoker.pipeline.windows import WindowConfig
 from stoker.pipeline.workers import (
     DEFAULT_SAMPLE_BYTES,
     ProcessDecoder,
@@ -46,7 +51,7 @@ from stoker.pipeline.workers import (
 )
 from stoker.pipeline.world import World
 from stoker.storage.cache import CachedStore, DiskCache
-from stoker.storage.open import engine_for
+from stoker.storage.open import engine_for, open_store
 
 logger = logging.getLogger(__name__)
 
@@ -114,32 +119,93 @@ BLOCK_TARGET_BYTES = 1_000_000
 CACHE_PAGE_BYTES = 1 << 20
 
 
-def _block_size_for(dataset: ShardDataset) -> int:
-    """Samples per block so that a block is about 1 MB: large images get short blocks,
+def _block_size_for(unit_bytes: float, minimum: int = 4) -> int:
+    """Units per block so that a block is about 1 MB: large images get short blocks,
     so the first batch needs little data and memory stays bounded; small ones long."""
-    lengths = dataset.index.length
-    mean = float(lengths.mean()) if len(lengths) else 1.0
-    return int(min(64, max(4, round(BLOCK_TARGET_BYTES / max(mean, 1.0)))))
+    return int(min(64, max(minimum, round(BLOCK_TARGET_BYTES / max(unit_bytes, 1.0)))))
 
 
-def _with_disk_cache(
-    dataset: ShardDataset, directory: Path, max_bytes: int | None, page_bytes: int
-) -> ShardDataset:
-    """The dataset read through a disk cache in ``directory``."""
-    if max_bytes is None:
-        directory.mkdir(parents=True, exist_ok=True)
-        wanted = int(sum(s.size for s in dataset.shards) * 1.1) + (64 << 20)
-        max_bytes = min(wanted, int(shutil.disk_usage(directory).free * 0.8))
+def _merged(snapshots: Iterable[dict[str, int]]) -> dict[str, int]:
+    total: Counter[str] = Counter()
+    for snapshot in snapshots:
+        total.update(snapshot)
+    return dict(sorted(total.items()))
+
+
+def _open_source(
+    source: str | os.PathLike[str] | ShardDataset | Sequence[str | os.PathLike[str]] | Source,
+    *,
+    storage_options: Mapping[str, Any] | None,
+    mix: MixConfig | None,
+    window: WindowConfig | None,
+    side_tables: Mapping[str, str] | None,
+    cache: tuple[Path, int | None, int] | None,
+) -> Source:
+    """Open what the Loader reads: datasets (through the disk cache), side tables, mix."""
+    inputs: list[str | os.PathLike[str] | ShardDataset]
+    if isinstance(source, str | os.PathLike | ShardDataset):
+        inputs = [source]
+    elif isinstance(source, Sequence):
+        inputs = list(source)
+    else:
+        if mix or window or side_tables or cache:
+            raise ValueError(
+                "a prebuilt source carries its own mix, windows, side tables and cache"
+            )
+        return source
+    if len(inputs) > 1 and mix is None:
+        raise ValueError(f"{len(inputs)} datasets given: say how to mix them with mix=")
+    if mix is not None and window is not None:
+        raise ValueError("windows over a mix are not supported: give one of mix and window")
+    if side_tables and len(inputs) > 1:
+        raise ValueError("side tables go with a single dataset")
+    datasets = [
+        item
+        if isinstance(item, ShardDataset)
+        else open_dataset(item, storage_options=storage_options)
+        for item in inputs
+    ]
+    disk: DiskCache | None = None
+    if cache is not None:
+        directory, max_bytes, page_bytes = cache
+        if max_bytes is None:
+            directory.mkdir(parents=True, exist_ok=True)
+            wanted = int(sum(s.size for d in datasets for s in d.shards) * 1.1) + (64 << 20)
+            max_bytes = min(wanted, int(shutil.disk_usage(directory).free * 0.8))
+        disk = DiskCache(directory, max_bytes=max_bytes)
+        datasets = [_cached(d, disk, page_bytes) for d in datasets]
+    tables = {
+        name: _open_table(url, storage_options, disk) for name, url in (side_tables or {}).items()
+    }
+    sources = [DatasetSource(d, tables if n == 0 else None) for n, d in enumerate(datasets)]
+    if mix is not None:
+        return MixedSource(sources, mix, [_block_size_for(s.unit_bytes()) for s in sources])
+    if window is not None:
+        return WindowSource(sources[0], window)
+    return sources[0]
+
+
+def _cached(dataset: ShardDataset, disk: DiskCache, page_bytes: int) -> ShardDataset:
     store = dataset.store
     if isinstance(store, CachedStore):  # re-wrapping would cache twice
         store = store.inner
     cached = CachedStore(
         store,
-        DiskCache(directory, max_bytes=max_bytes),
+        disk,
         page_bytes=page_bytes,
         objects={s.name: (f"sha256:{s.sha256}", s.size) for s in dataset.shards},
     )
     return ShardDataset(cached, dataset.index)
+
+
+def _open_table(
+    url: str, storage_options: Mapping[str, Any] | None, disk: DiskCache | None
+) -> SideTable:
+    parent, _, key = str(url).rstrip("/").rpartition("/")
+    store = open_store(parent or ".", storage_options=storage_options)
+    if disk is not None:
+        store = CachedStore(store, disk)
+    return open_side_table(store, key)
 
 
 class _ThreadSeconds(threading.local):
@@ -160,8 +226,20 @@ class Loader:
     """Batches from a packed dataset, for any training loop.
 
     Args:
-        source: Dataset URL (or an opened :class:`~stoker.format.reader.ShardDataset`).
-        batch_size: Samples per batch.
+        source: Dataset URL (or an opened :class:`~stoker.format.reader.ShardDataset`);
+            several, with ``mix``; or a prebuilt :mod:`~stoker.pipeline.sources` source
+            (for windows with sequence boundaries, say).
+        batch_size: Samples (or windows) per batch.
+        mix: Proportions or per-source counts of several datasets in each epoch
+            (:class:`~stoker.pipeline.mixing.MixConfig`); batches then carry ``source``,
+            and :meth:`mix_shares` says what each source gives an epoch.
+        window: Make each unit a window of consecutive records
+            (:class:`~stoker.pipeline.windows.WindowConfig`): ``image`` is then
+            ``(N, size, H, W, 3)`` (one augmentation per window), ``label`` ``(N, size)``,
+            and ``records`` holds the record ids.
+        side_tables: Arrays with one row per sample that live once in the store, as
+            ``{name: URL of a .npy file}``; each batch gets ``batch[name]`` with its rows,
+            read by ranged GETs (through the disk cache, if any).
         shuffle: Shuffle each epoch (block shuffle, see :class:`OrderConfig`).
         seed: Seed of the order and of the augmentations.
         transform: A built-in transform (``RandomResizedCrop``, ``CenterCrop``, ``Resize``:
@@ -204,9 +282,12 @@ class Loader:
 
     def __init__(
         self,
-        source: str | os.PathLike[str] | ShardDataset,
+        source: str | os.PathLike[str] | ShardDataset | Sequence[str | os.PathLike[str]] | Source,
         *,
         batch_size: int,
+        mix: MixConfig | None = None,
+        window: WindowConfig | None = None,
+        side_tables: Mapping[str, str] | None = None,
         shuffle: bool = True,
         seed: int = 0,
         transform: Any = None,
@@ -233,26 +314,38 @@ class Loader:
             raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
         if method not in ("thread", "process"):
             raise ValueError(f"method must be 'thread' or 'process', got {method!r}")
+        if cache_bytes is not None and cache_dir is None:
+            raise ValueError("cache_bytes bounds the disk cache: give cache_dir too")
         self.stages = Stages()
+        mode = (order.mode if order else "blocks") if shuffle else "none"
         with self.stages.time("index"):
-            self.dataset = (
-                source
-                if isinstance(source, ShardDataset)
-                else open_dataset(source, storage_options=storage_options)
+            self.source = _open_source(
+                source,
+                storage_options=storage_options,
+                mix=mix,
+                window=window,
+                side_tables=side_tables,
+                cache=None
+                if cache_dir is None
+                # Random order reads one sample per request: small pages keep a cold read small.
+                else (
+                    Path(cache_dir),
+                    cache_bytes,
+                    128 << 10 if mode == "random" else CACHE_PAGE_BYTES,
+                ),
             )
-        base = order or OrderConfig(block_size=_block_size_for(self.dataset))
+        self.dataset = self.source.datasets[0]
+        # A unit is one image, or a window of `size` frames.
+        self._unit_shape: tuple[int, ...] = (
+            (self.source.window.size,) if isinstance(self.source, WindowSource) else ()
+        )
+        base = order or OrderConfig(block_size=_block_size_for(self.source.unit_bytes()))
         self.order_config = OrderConfig(
-            mode=base.mode if shuffle else "none",
+            mode=mode,
             seed=seed,
             block_size=base.block_size,
             group_blocks=base.group_blocks,
         )
-        if cache_dir is not None:
-            # Random order reads one sample per request: small pages keep a cold read small.
-            page = CACHE_PAGE_BYTES if self.order_config.mode != "random" else 128 << 10
-            self.dataset = _with_disk_cache(self.dataset, Path(cache_dir), cache_bytes, page)
-        elif cache_bytes is not None:
-            raise ValueError("cache_bytes bounds the disk cache: give cache_dir too")
         self.batch_size = batch_size
         self.transform = transform
         self.world = World(
@@ -272,11 +365,10 @@ class Loader:
         )
         # Batches decoding at once: fixed, so process mode's shared-memory slots suffice.
         self._decode_depth = self.prefetch + 1
-        lengths = self.dataset.index.length
         self._tuner = Autotuner(
             threads=self.num_threads,
             prefetch=self.prefetch,
-            group_bytes=group * (float(lengths.mean()) if len(lengths) else 1.0),
+            group_bytes=group * self.source.unit_bytes(),
             tune_threads=num_threads in ("auto", None) and method == "thread",
             tune_prefetch=prefetch in ("auto", None),
             config=autotune,
@@ -290,7 +382,6 @@ class Loader:
         self._stats = LoaderStats()
         self._pool: ThreadPoolExecutor | None = None  # decodes samples
         self._planned = isinstance(transform, PlannedTransform)
-        self._sizes = [s.samples for s in self.dataset.shards]
         self.log_every_s = log_every_s
         self._transform_s = _ThreadSeconds()  # a user transform's time, per decode thread
         self.method = method
@@ -308,7 +399,7 @@ class Loader:
             self._segments = []
 
     def _order(self) -> EpochOrder:
-        return epoch_order(self._sizes, config=self.order_config, epoch=self.epoch)
+        return self.source.epoch_order(self.order_config, self.epoch)
 
     def _share(self) -> np.ndarray:
         order = self._order()
@@ -331,6 +422,16 @@ class Loader:
             )
         self._stats.padded += share.padded
         return share.samples
+
+    def mix_shares(self) -> tuple[SourceShare, ...]:
+        """What each source of a mix gives this epoch (samples, share, repeats).
+
+        Raises:
+            ValueError: The loader reads a single source.
+        """
+        if not isinstance(self.source, MixedSource):
+            raise ValueError("mix_shares() needs a loader over several datasets with mix=")
+        return self.source.mixed_order(self.order_config, self.epoch).shares
 
     def batches_per_epoch(self) -> int:
         """Batches this rank delivers in a full epoch (the same on every rank)."""
@@ -414,11 +515,11 @@ class Loader:
         snapshot.decode_s = stages.get("decode", empty).seconds
         snapshot.fetch_s = stages.get("fetch", empty).seconds
         snapshot.epoch_samples = self.batches_per_epoch() * self.batch_size
-        snapshot.requests = self.dataset.store.counters.snapshot()
+        snapshot.requests = _merged(d.store.counters.snapshot() for d in self.source.datasets)
         snapshot.cache_hits = self.cache.hits if self.cache else 0
         store = self.dataset.store
         if isinstance(store, CachedStore):
-            snapshot.disk_cache = store.cache.counters.snapshot()
+            snapshot.disk_cache = store.cache.counters.snapshot()  # one cache for all datasets
         return snapshot
 
     def _retune(self, now: float) -> None:
@@ -467,12 +568,13 @@ class Loader:
             self._pool = ThreadPoolExecutor(threads, thread_name_prefix="stoker-decode")
         if self.method == "process" and self._processes is None:
             fixed = self.transform.output_size if self._planned else None
+            frames = math.prod(self._unit_shape)
             self._processes = ProcessDecoder(
                 self._decoder,
                 processes=self.num_threads,
                 slots=self._decode_depth + 1,
                 batch_size=self.batch_size,
-                sample_bytes=fixed[0] * fixed[1] * 3 if fixed else DEFAULT_SAMPLE_BYTES,
+                sample_bytes=frames * (fixed[0] * fixed[1] * 3 if fixed else DEFAULT_SAMPLE_BYTES),
                 queue_depth=(self._decode_depth + 1) * self.num_threads,
             )
         return self._run(batches, mine, self._pool)
@@ -557,11 +659,11 @@ class Loader:
                 missing.append(i)
         unique = list(dict.fromkeys(missing))
         if unique:
-            for i, sample in zip(unique, await self.dataset.read_many_async(unique), strict=True):
+            for i, sample in zip(unique, await self.source.read_async(unique), strict=True):
                 found[i] = sample
-                nbytes += int(self.dataset.index.length[i])
                 if self.cache is not None:
                     self.cache.put(i, sample)
+            nbytes = self.source.nbytes(unique)
         self.stages.record(
             "fetch",
             time.perf_counter() - started,
@@ -577,7 +679,7 @@ class Loader:
     ) -> _PendingBatch:
         """Submit a batch's decoding: one task per thread (or process), each a slice."""
         fixed = self.transform.output_size if self._planned else None
-        out = np.empty((len(raw), *fixed, 3), dtype=np.uint8) if fixed else None
+        out = np.empty((len(raw), *self._unit_shape, *fixed, 3), dtype=np.uint8) if fixed else None
         slices = slice_batch(len(raw), self.num_threads)
         if self._processes is not None:
             slot = self._processes.acquire_slot()
@@ -621,9 +723,7 @@ class Loader:
                 if isinstance(result, ValueError):
                     if self.on_error == "raise":
                         key = raw[n]["key"]
-                        raise ValueError(
-                            f"{self.dataset.url}: sample {key!r}: {result}"
-                        ) from result
+                        raise ValueError(f"{self.source.url}: sample {key!r}: {result}") from result
                     self._stats.skipped.append((raw[n]["key"], str(result)))
                     continue
                 images.append(result)
@@ -633,6 +733,9 @@ class Loader:
             "key": [raw[n]["key"] for n in keep],
             "index": np.asarray(pending.ids, dtype=np.int64)[keep],
         }
+        for name in self.source.extra_fields:
+            values = [raw[n][name] for n in keep]
+            batch[name] = np.stack(values) if values else np.zeros(0)
         out = pending.out
         if out is not None:
             batch["image"] = out if len(keep) == len(raw) else out[keep]
@@ -693,9 +796,9 @@ class Loader:
         if self._processes is not None:
             self._processes.close()
             self._processes = None
-        store = self.dataset.store
-        if isinstance(store, CachedStore):
-            store.cache.close()
+        for dataset in self.source.datasets:
+            if isinstance(dataset.store, CachedStore):
+                dataset.store.cache.close()
 
     def __enter__(self) -> Loader:
         return self

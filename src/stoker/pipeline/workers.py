@@ -70,9 +70,27 @@ class SampleDecoder:
     ) -> Any:
         """The decoded, transformed image of sample ``index`` (into ``out`` if given).
 
+        A window (a unit with ``members``, see :class:`~stoker.pipeline.sources.WindowSource`)
+        gives its members' images stacked, all with the window's augmentation (the same crop
+        and flip for every frame of equal size).
+
         Raises:
             ValueError: The sample has no image field or its image cannot be decoded.
         """
+        members = sample.get("members")
+        if members is not None:
+            images = [
+                self(index, epoch, member, None if out is None else out[r])
+                for r, member in enumerate(members)
+            ]
+            if out is not None:
+                return out
+            if all(isinstance(x, np.ndarray) and x.shape == images[0].shape for x in images):
+                return np.stack(images)
+            raise ValueError(
+                "a window's frames decode to different shapes; use a transform "
+                "with a fixed output size"
+            )
         field_name = next((f for f in IMAGE_FIELDS if f in sample), None)
         if field_name is None:
             raise ValueError(f"no image field (has {sorted(k for k in sample if k != 'key')})")
@@ -254,15 +272,7 @@ class ProcessDecoder:
         """Queue one slice of a batch; returns its task number for :meth:`collect`."""
         task = self._next_task
         self._next_task += 1
-        # Only the byte fields travel: keys and labels stay in the parent.
-        payload = [
-            (
-                position,
-                index,
-                {k: bytes(v) for k, v in fields.items() if isinstance(v, bytes | memoryview)},
-            )
-            for position, index, fields in items
-        ]
+        payload = [(position, index, _byte_fields(fields)) for position, index, fields in items]
         self._tasks.put(_Task(task, slot, epoch, payload))
         return task
 
@@ -328,6 +338,16 @@ class ProcessDecoder:
         if self._arena is not None:
             self._arena.close()
             self._arena = None
+
+
+def _byte_fields(fields: dict[str, Any]) -> dict[str, Any]:
+    """What a worker needs of a unit: its byte fields (and its members'), nothing else."""
+    out: dict[str, Any] = {
+        k: bytes(v) for k, v in fields.items() if isinstance(v, bytes | memoryview)
+    }
+    if "members" in fields:
+        out["members"] = [_byte_fields(m) for m in fields["members"]]
+    return out
 
 
 def _reserve_arena(nbytes: int) -> Path | None:

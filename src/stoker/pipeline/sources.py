@@ -1,0 +1,286 @@
+"""What a Loader reads: one dataset, a mix of datasets, or windows of records.
+
+A *source* gives the loader three things: the order of an epoch over its *units* (samples,
+mixed samples or windows), the bytes of a unit (to size reads and budgets), and the units
+themselves for a list of ids, read concurrently on the I/O engine. Each unit is a dict
+with its fields (``jpg``, ...), ``key`` and ``label``, plus the source's extra arrays:
+
+- :class:`DatasetSource`: samples of one packed dataset, with rows of side tables
+  (``.npy`` arrays in the bucket, read by ranged GETs; see
+  :mod:`stoker.format.sidetable`) attached under their names;
+- :class:`MixedSource`: several dataset sources in set proportions
+  (:mod:`stoker.pipeline.mixing`), each unit tagged with its ``source``;
+- :class:`WindowSource`: windows of consecutive records
+  (:mod:`stoker.pipeline.windows`); a unit holds its ``records`` in order, its labels as
+  an array, and each side table's rows stacked per record.
+
+Orders stay pure functions of (seed, epoch, sizes), so partition and resume work the same
+for every source.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any, Protocol
+
+import numpy as np
+
+from stoker.format.reader import ShardDataset
+from stoker.format.sidetable import SideTable
+from stoker.pipeline.mixing import MixConfig, MixedOrder, mixed_epoch_order
+from stoker.pipeline.order import EpochOrder, OrderConfig, epoch_order
+from stoker.pipeline.windows import WindowConfig, window_epoch_order, window_records, window_starts
+
+
+class Source(Protocol):
+    """The loader's view of what it reads (see the module docstring)."""
+
+    @property
+    def url(self) -> str:
+        """Where the data is, for messages."""
+        ...
+
+    @property
+    def datasets(self) -> list[ShardDataset]:
+        """The packed datasets read."""
+        ...
+
+    @property
+    def extra_fields(self) -> tuple[str, ...]:
+        """Names of the arrays each unit carries besides its image (stacked per batch)."""
+        ...
+
+    def epoch_order(self, config: OrderConfig, epoch: int) -> EpochOrder:
+        """The order of one epoch over unit ids."""
+        ...
+
+    def unit_bytes(self) -> float:
+        """Mean bytes read per unit."""
+        ...
+
+    def nbytes(self, ids: Sequence[int]) -> int:
+        """Bytes of these units in their shards."""
+        ...
+
+    async def read_async(self, ids: Sequence[int]) -> list[dict[str, Any]]:
+        """The units, in the order given (ids may repeat)."""
+        ...
+
+
+class DatasetSource:
+    """Samples of one packed dataset, with side-table rows attached.
+
+    Args:
+        dataset: The dataset.
+        side_tables: Arrays with one row per sample, by the name the batch shows them.
+
+    Raises:
+        ValueError: A side table does not have one row per sample.
+    """
+
+    def __init__(
+        self, dataset: ShardDataset, side_tables: Mapping[str, SideTable] | None = None
+    ) -> None:
+        self.dataset = dataset
+        self.side_tables = dict(side_tables or {})
+        for name, table in self.side_tables.items():
+            if len(table) != len(dataset):
+                raise ValueError(
+                    f"side table {name!r} ({table.url}) has {len(table)} rows but "
+                    f"{dataset.url} has {len(dataset)} samples"
+                )
+
+    @property
+    def url(self) -> str:
+        return self.dataset.url
+
+    @property
+    def datasets(self) -> list[ShardDataset]:
+        return [self.dataset]
+
+    @property
+    def extra_fields(self) -> tuple[str, ...]:
+        return tuple(self.side_tables)
+
+    @property
+    def shard_sizes(self) -> list[int]:
+        """Samples in each shard."""
+        return [s.samples for s in self.dataset.shards]
+
+    def epoch_order(self, config: OrderConfig, epoch: int) -> EpochOrder:
+        return epoch_order(self.shard_sizes, config=config, epoch=epoch)
+
+    def unit_bytes(self) -> float:
+        lengths = self.dataset.index.length
+        rows = sum(t.row_bytes for t in self.side_tables.values())
+        return (float(lengths.mean()) if len(lengths) else 1.0) + rows
+
+    def nbytes(self, ids: Sequence[int]) -> int:
+        return int(self.dataset.index.length[np.asarray(ids, dtype=np.int64)].sum())
+
+    async def read_async(self, ids: Sequence[int]) -> list[dict[str, Any]]:
+        unique = list(dict.fromkeys(int(i) for i in ids))
+        reads: list[Any] = [self.dataset.read_many_async(unique)]
+        reads += [table.rows_async(unique) for table in self.side_tables.values()]
+        samples, *rows = await asyncio.gather(*reads)
+        found = dict(zip(unique, samples, strict=True))
+        for name, table_rows in zip(self.side_tables, rows, strict=True):
+            for n, i in enumerate(unique):
+                found[i][name] = table_rows[n]
+        return [found[int(i)] for i in ids]
+
+
+class MixedSource:
+    """Several dataset sources in one epoch, in the proportions of ``mix``.
+
+    Unit ids are mixed ids (see :mod:`stoker.pipeline.mixing`); each unit carries the
+    ``source`` it came from. Every source uses the loader's order settings with its own
+    block size (its blocks hold about as many bytes as the loader aims for).
+
+    Args:
+        sources: The sources, in the order of ``mix``'s weights or counts.
+        mix: How much of each source an epoch holds.
+        block_sizes: Each source's samples per block.
+    """
+
+    def __init__(
+        self, sources: Sequence[DatasetSource], mix: MixConfig, block_sizes: Sequence[int]
+    ) -> None:
+        if mix.sources != len(sources):
+            raise ValueError(f"mix is for {mix.sources} sources, but {len(sources)} were given")
+        self.sources = list(sources)
+        self.mix = mix
+        self.block_sizes = list(block_sizes)
+        self._last: tuple[tuple[OrderConfig, int], MixedOrder] | None = None
+
+    @property
+    def url(self) -> str:
+        return " + ".join(s.url for s in self.sources)
+
+    @property
+    def datasets(self) -> list[ShardDataset]:
+        return [s.dataset for s in self.sources]
+
+    @property
+    def extra_fields(self) -> tuple[str, ...]:
+        names = [set(s.extra_fields) for s in self.sources]
+        common = set.intersection(*names) if names else set()
+        return ("source", *sorted(common))
+
+    def mixed_order(self, config: OrderConfig, epoch: int) -> MixedOrder:
+        """The mixed epoch with each source's share (see :class:`MixedOrder`)."""
+        if self._last is not None and self._last[0] == (config, epoch):
+            return self._last[1]
+        orders = [replace(config, block_size=b) for b in self.block_sizes]
+        mixed = mixed_epoch_order(
+            [s.shard_sizes for s in self.sources], orders=orders, mix=self.mix, epoch=epoch
+        )
+        self._last = ((config, epoch), mixed)
+        return mixed
+
+    def epoch_order(self, config: OrderConfig, epoch: int) -> EpochOrder:
+        return self.mixed_order(config, epoch).order
+
+    def _offsets(self) -> np.ndarray:
+        sizes = [len(s.dataset) for s in self.sources]
+        return np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)]).astype(np.int64)
+
+    def _locate(self, ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        offsets = self._offsets()
+        values = np.asarray(ids, dtype=np.int64) % max(int(offsets[-1]), 1)
+        which = np.searchsorted(offsets[1:], values, side="right").astype(np.int64)
+        return which, values - offsets[which]
+
+    def unit_bytes(self) -> float:
+        weights = np.asarray([len(s.dataset) for s in self.sources], dtype=np.float64)
+        sizes = np.asarray([s.unit_bytes() for s in self.sources])
+        return float((weights * sizes).sum() / max(weights.sum(), 1.0))
+
+    def nbytes(self, ids: Sequence[int]) -> int:
+        which, local = self._locate(ids)
+        return sum(
+            self.sources[k].nbytes(local[which == k].tolist()) for k in range(len(self.sources))
+        )
+
+    async def read_async(self, ids: Sequence[int]) -> list[dict[str, Any]]:
+        which, local = self._locate(ids)
+        parts = await asyncio.gather(
+            *(s.read_async(local[which == k].tolist()) for k, s in enumerate(self.sources))
+        )
+        cursors = [iter(part) for part in parts]
+        out = []
+        for k in which.tolist():
+            unit = dict(next(cursors[k]))  # a repeat must not share its dict with the first
+            unit["source"] = k
+            out.append(unit)
+        return out
+
+
+class WindowSource:
+    """Windows of consecutive records of one dataset source.
+
+    Args:
+        source: The dataset source of records.
+        window: Window size, shift and stride.
+        sequence_ids: One id per record; no window crosses a change of id.
+    """
+
+    def __init__(
+        self,
+        source: DatasetSource,
+        window: WindowConfig,
+        sequence_ids: np.ndarray | Sequence[int] | None = None,
+    ) -> None:
+        self.source = source
+        self.window = window
+        self.starts = window_starts(source.shard_sizes, window, sequence_ids)
+        if not len(self.starts):
+            raise ValueError(
+                f"{source.url}: no window of {window.size} records fits in any shard"
+                + ("" if sequence_ids is None else " or sequence")
+            )
+
+    @property
+    def url(self) -> str:
+        return self.source.url
+
+    @property
+    def datasets(self) -> list[ShardDataset]:
+        return self.source.datasets
+
+    @property
+    def extra_fields(self) -> tuple[str, ...]:
+        return ("records", *self.source.extra_fields)
+
+    def epoch_order(self, config: OrderConfig, epoch: int) -> EpochOrder:
+        return window_epoch_order(self.source.shard_sizes, self.starts, order=config, epoch=epoch)
+
+    def unit_bytes(self) -> float:
+        return self.source.unit_bytes() * self.window.size
+
+    def records(self, ids: Sequence[int]) -> np.ndarray:
+        """Record ids of windows, one row per window."""
+        return window_records(np.asarray(ids, dtype=np.int64), self.starts, self.window)
+
+    def nbytes(self, ids: Sequence[int]) -> int:
+        return self.source.nbytes(np.unique(self.records(ids)).tolist())
+
+    async def read_async(self, ids: Sequence[int]) -> list[dict[str, Any]]:
+        rows = self.records(ids)
+        unique = np.unique(rows).tolist()
+        found = dict(zip(unique, await self.source.read_async(unique), strict=True))
+        units = []
+        for row in rows.tolist():
+            members = [found[r] for r in row]
+            unit: dict[str, Any] = {
+                "records": np.asarray(row, dtype=np.int64),
+                "key": members[0]["key"],
+                "label": np.asarray([m["label"] for m in members], dtype=np.int64),
+                "members": members,
+            }
+            for name in self.source.extra_fields:
+                unit[name] = np.stack([m[name] for m in members])
+            units.append(unit)
+        return units
