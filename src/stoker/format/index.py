@@ -12,8 +12,9 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import re
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import Any, TypedDict, TypeVar
 
 import numpy as np
 
@@ -25,8 +26,11 @@ from stoker.format.spec import (
     FORMAT_VERSION,
     MANIFEST_NAME,
 )
+from stoker.format.tar import check_member_name
 from stoker.format.writer import ShardRecord
 from stoker.storage.base import Store
+
+T = TypeVar("T")
 
 _ARRAYS = (
     ("shard", "<u4"),
@@ -161,6 +165,10 @@ def write_index(store: Store, index: DatasetIndex) -> None:
 def read_index(store: Store) -> DatasetIndex:
     """Read a dataset's index with two GETs and no LIST.
 
+    Besides parsing, the index is checked for consistency: every sample lies inside its
+    shard's recorded size, the samples are grouped by shard in the counts the manifest gives,
+    and object names are plain relative names (no ``..``, no absolute path).
+
     Raises:
         FileNotFoundError: The dataset has no ``index.json`` (not packed, or not finished).
         ShardFormatError: The index is malformed, from a newer format version, or its
@@ -168,44 +176,120 @@ def read_index(store: Store) -> DatasetIndex:
     """
     where = f"{store.url}/{MANIFEST_NAME}"
     try:
-        manifest = json.loads(bytes(store.get(MANIFEST_NAME)))
+        raw = bytes(store.get(MANIFEST_NAME))
     except FileNotFoundError as exc:
         raise FileNotFoundError(
             f"{where}: no index; is this a packed stoker dataset, and did its pack finish?"
         ) from exc
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ShardFormatError(f"{where}: not valid JSON: {exc}") from exc
+    try:
+        manifest = json.loads(raw)
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError, nesting
+        raise ShardFormatError(f"{where}: not valid JSON: {exc}") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
         raise ShardFormatError(f"{where}: not a {FORMAT_NAME} manifest")
     version = manifest.get("version")
-    if not isinstance(version, int) or version > FORMAT_VERSION:
+    if type(version) is not int or version < 1:
+        raise ShardFormatError(f"{where}: format version {version!r} is not a positive integer")
+    if version > FORMAT_VERSION:
         raise ShardFormatError(
             f"{where}: format version {version} is newer than this stoker reads "
             f"({FORMAT_VERSION}); upgrade stoker"
         )
     try:
-        arrays_meta = manifest["arrays"]
-        arrays = bytes(store.get(arrays_meta["name"]))
+        arrays_meta = _mapping(manifest, "arrays")
+        arrays_name = _object_name(arrays_meta.get("name"), "arrays.name")
+        arrays_sha256 = _checked(arrays_meta.get("sha256"), str, "arrays.sha256")
         shards = [
-            ShardEntry(s["name"], int(s["samples"]), int(s["bytes"]), s["sha256"])
-            for s in manifest["shards"]
+            _shard_entry(s, n)
+            for n, s in enumerate(_checked(manifest.get("shards"), list, "shards"))
         ]
-    except (KeyError, TypeError) as exc:
-        raise ShardFormatError(f"{where}: missing or malformed entry {exc}") from exc
-    if hashlib.sha256(arrays).hexdigest() != arrays_meta.get("sha256"):
+        samples = _checked(manifest.get("samples"), int, "samples")
+        class_names = _checked(manifest.get("class_names", []), list, "class_names")
+        fields = _mapping(manifest, "fields", default={})
+        packed_with = _mapping(manifest, "packed_with", default={})
+        skipped = _checked(manifest.get("skipped", []), list, "skipped")
+        if not all(isinstance(name, str) for name in class_names):
+            raise ValueError("class_names: not a list of strings")
+        if not all(isinstance(k, str) and type(v) is int for k, v in fields.items()):
+            raise ValueError("fields: not a mapping of extensions to counts")
+        if not all(isinstance(entry, dict) for entry in skipped):
+            raise ValueError("skipped: not a list of objects")
+    except ValueError as exc:
+        raise ShardFormatError(f"{where}: {exc}") from None
+    arrays_where = f"{store.url}/{arrays_name}"
+    try:
+        arrays = bytes(store.get(arrays_name))
+    except FileNotFoundError as exc:
+        raise FileNotFoundError(f"{arrays_where}: missing; {MANIFEST_NAME} names it") from exc
+    if hashlib.sha256(arrays).hexdigest() != arrays_sha256:
         raise ShardFormatError(
-            f"{store.url}/{arrays_meta['name']}: checksum does not match {MANIFEST_NAME} "
+            f"{arrays_where}: checksum does not match {MANIFEST_NAME} "
             f"(an index from another dataset, or a partial write)"
         )
-    index = _decode_arrays(arrays, where=f"{store.url}/{arrays_meta['name']}")
+    index = _decode_arrays(arrays, where=arrays_where)
     index.shards = shards
-    index.class_names = list(manifest.get("class_names", []))
-    index.fields = dict(manifest.get("fields", {}))
-    index.packed_with = dict(manifest.get("packed_with", {}))
-    index.skipped = list(manifest.get("skipped", []))
-    if len(index) != manifest.get("samples") or sum(s.samples for s in shards) != len(index):
+    index.class_names = list(class_names)
+    index.fields = dict(fields)
+    index.packed_with = dict(packed_with)
+    index.skipped = list(skipped)
+    if len(index) != samples or sum(s.samples for s in shards) != len(index):
         raise ShardFormatError(f"{where}: sample counts disagree with {ARRAYS_NAME}")
+    _check_layout(index, where=arrays_where)
     return index
+
+
+def _checked(value: object, kind: type[T], what: str) -> T:
+    # bool is an int subclass, and never a count.
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise ValueError(f"{what}: expected {kind.__name__}, found {type(value).__name__}")
+    if isinstance(value, int) and not 0 <= value < 1 << 63:
+        raise ValueError(f"{what}: {value} is out of range")
+    return value
+
+
+def _mapping(manifest: dict[str, Any], key: str, *, default: Any = None) -> dict[str, Any]:
+    mapping: dict[str, Any] = _checked(manifest.get(key, default), dict, key)
+    return mapping
+
+
+def _object_name(value: Any, what: str) -> str:
+    name: str = _checked(value, str, what)
+    if not name or "" in name.split("/"):
+        raise ValueError(f"{what}: {name!r} is not an object name")
+    check_member_name(name)  # no absolute path, '..', backslash or control character
+    return name
+
+
+def _shard_entry(value: Any, number: int) -> ShardEntry:
+    what = f"shards[{number}]"
+    entry = _checked(value, dict, what)
+    sha256 = _checked(entry.get("sha256"), str, f"{what}.sha256")
+    if not re.fullmatch(r"[0-9a-f]{64}", sha256):
+        raise ValueError(f"{what}.sha256: {sha256[:80]!r} is not a SHA-256 hex digest")
+    return ShardEntry(
+        _object_name(entry.get("name"), f"{what}.name"),
+        _checked(entry.get("samples"), int, f"{what}.samples"),
+        _checked(entry.get("bytes"), int, f"{what}.bytes"),
+        sha256,
+    )
+
+
+def _check_layout(index: DatasetIndex, *, where: str) -> None:
+    """Samples grouped by shard in the manifest's counts, each inside its shard's size."""
+    counts = [s.samples for s in index.shards]
+    if not np.array_equal(index.shard, np.repeat(np.arange(len(counts)), counts)):
+        raise ShardFormatError(
+            f"{where}: shard numbers do not group the samples as the manifest's shards do"
+        )
+    sizes = np.array([s.size for s in index.shards], dtype="<u8")[index.shard]
+    outside = (index.length == 0) | (index.length > sizes) | (index.offset > sizes - index.length)
+    if outside.any():
+        i = int(np.argmax(outside))
+        raise ShardFormatError(
+            f"{where}: sample {index.keys[i]!r} (#{i}) at bytes {int(index.offset[i])}+"
+            f"{int(index.length[i])} lies outside {index.shards[int(index.shard[i])].name} "
+            f"({index.shards[int(index.shard[i])].size} bytes)"
+        )
 
 
 def _decode_arrays(data: bytes, *, where: str) -> DatasetIndex:
@@ -223,12 +307,18 @@ def _decode_arrays(data: bytes, *, where: str) -> DatasetIndex:
         position += size
     blob = data[position:]
     key_offsets = columns["key_offsets"]
-    if count and int(key_offsets[-1]) != len(blob):
+    if int(key_offsets[0]) != 0 or int(key_offsets[-1]) != len(blob):
         raise ShardFormatError(
-            f"{where}: key blob is {len(blob)} bytes, expected {key_offsets[-1]}"
+            f"{where}: key offsets run from {key_offsets[0]} to {key_offsets[-1]}, "
+            f"expected 0 to {len(blob)} (the key blob's size)"
         )
+    if (np.diff(key_offsets.astype(np.int64, copy=False)) < 0).any():
+        raise ShardFormatError(f"{where}: key offsets are not in order")
     bounds = key_offsets.tolist()
-    keys = [blob[a:b].decode("utf-8") for a, b in itertools.pairwise(bounds)]
+    try:
+        keys = [blob[a:b].decode("utf-8") for a, b in itertools.pairwise(bounds)]
+    except UnicodeDecodeError as exc:
+        raise ShardFormatError(f"{where}: a sample key is not UTF-8: {exc}") from None
     return DatasetIndex(
         shards=[],
         class_names=[],

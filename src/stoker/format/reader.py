@@ -8,11 +8,11 @@ import os
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, overload
 
 import numpy as np
 
-from stoker.errors import CorruptShardError
+from stoker.errors import CorruptShardError, ShardFormatError
 from stoker.format.index import DatasetIndex, ShardEntry, read_index
 from stoker.format.tar import parse_members
 from stoker.storage.base import Store
@@ -53,7 +53,10 @@ class ShardDataset:
     ``"label"`` (int, -1 for none) and one ``bytes`` entry per field extension
     (``"jpg"``, ``"cls"``, ...). Every sample read is checked against its CRC-32 in the
     index, so corrupted bytes raise :class:`~stoker.errors.CorruptShardError` naming the
-    shard and sample instead of reaching the caller.
+    shard and sample instead of reaching the caller. The first read of each shard also
+    checks the shard's size against the index (one HEAD request, concurrent with the read),
+    so a truncated or replaced shard, or an index copied from another dataset, is refused
+    as a whole. :meth:`verify` checks whole shards against their SHA-256.
 
     Args:
         store: Store rooted at the dataset.
@@ -63,6 +66,8 @@ class ShardDataset:
     def __init__(self, store: Store, index: DatasetIndex) -> None:
         self._store = store
         self._index = index
+        self._sizes_checked: set[int] = set()  # shard numbers whose size matched the index
+        self._bad_sizes: dict[int, str] = {}  # shard number -> what is wrong with it
 
     @property
     def url(self) -> str:
@@ -106,6 +111,33 @@ class ShardDataset:
             raise IndexError(f"sample {i} out of range for {n} samples")
         return i % n if n else i
 
+    def _size_error(self, number: int) -> CorruptShardError:
+        return CorruptShardError(self._bad_sizes[number])
+
+    def _record_size(self, number: int, actual: int) -> None:
+        entry = self._index.shards[number]
+        if actual == entry.size:
+            self._sizes_checked.add(number)
+            return
+        self._bad_sizes[number] = (
+            f"{self.url}/{entry.name}: shard is {actual} bytes, but the index says "
+            f"{entry.size} (a truncated or replaced shard, or an index from another dataset)"
+        )
+        raise self._size_error(number)
+
+    def _check_size(self, number: int) -> None:
+        if number in self._bad_sizes:
+            raise self._size_error(number)
+        if number not in self._sizes_checked:
+            self._record_size(number, self._store.head(self._index.shards[number].name).size)
+
+    async def _check_size_async(self, number: int) -> None:
+        if number in self._bad_sizes:
+            raise self._size_error(number)
+        if number not in self._sizes_checked:
+            meta = await self._store.head_async(self._index.shards[number].name)
+            self._record_size(number, meta.size)
+
     def _decode(self, i: int, span: memoryview | bytes) -> dict[str, Any]:
         key = self._index.keys[i]
         shard = self._index.shards[int(self._index.shard[i])].name
@@ -121,9 +153,31 @@ class ShardDataset:
     def __getitem__(self, i: int) -> dict[str, Any]:
         i = self._check_index(i)
         start = int(self._index.offset[i])
-        shard = self._index.shards[int(self._index.shard[i])].name
+        number = int(self._index.shard[i])
+        self._check_size(number)
+        shard = self._index.shards[number].name
         span = self._store.get_range(shard, start=start, end=start + int(self._index.length[i]))
         return self._decode(i, span)
+
+    @overload
+    def read_many(
+        self,
+        indices: Sequence[int],
+        *,
+        max_gap_bytes: int = ...,
+        max_run_bytes: int = ...,
+        return_errors: Literal[False] = ...,
+    ) -> list[dict[str, Any]]: ...
+
+    @overload
+    def read_many(
+        self,
+        indices: Sequence[int],
+        *,
+        max_gap_bytes: int = ...,
+        max_run_bytes: int = ...,
+        return_errors: Literal[True],
+    ) -> list[dict[str, Any] | ShardFormatError]: ...
 
     def read_many(
         self,
@@ -131,17 +185,54 @@ class ShardDataset:
         *,
         max_gap_bytes: int = DEFAULT_MAX_GAP_BYTES,
         max_run_bytes: int = DEFAULT_MAX_RUN_BYTES,
-    ) -> list[dict[str, Any]]:
+        return_errors: bool = False,
+    ) -> list[dict[str, Any]] | list[dict[str, Any] | ShardFormatError]:
         """Read many samples, in the order given, with coalesced concurrent ranged GETs.
 
         Samples of one shard that lie within ``max_gap_bytes`` of each other share one
         request of at most ``max_run_bytes``; all requests are in flight at once, bounded by
         the store's I/O engine.
+
+        Args:
+            indices: Sample numbers.
+            max_gap_bytes: Largest gap read through to join two samples into one request.
+            max_run_bytes: Largest single request.
+            return_errors: Return a corrupt sample's error in its place instead of raising
+                it (as ``asyncio.gather(return_exceptions=True)`` does), so that a caller
+                can skip it and keep the rest: a :class:`~stoker.errors.CorruptShardError`
+                for a CRC-32 mismatch or a shard whose size is not the index's, a
+                :class:`~stoker.errors.ShardFormatError` for a malformed member. Storage
+                errors (a missing shard, a failed request) are raised either way.
+
+        Raises:
+            CorruptShardError: A sample fails its CRC-32, or its shard's size is not the
+                index's (unless ``return_errors``).
+            ShardFormatError: A sample's members are malformed (unless ``return_errors``).
         """
         engine = engine_for(self._store)
         return engine.run(
-            self.read_many_async(indices, max_gap_bytes=max_gap_bytes, max_run_bytes=max_run_bytes)
+            self._read_many(indices, max_gap_bytes, max_run_bytes, return_errors=return_errors)
         )
+
+    @overload
+    async def read_many_async(
+        self,
+        indices: Sequence[int],
+        *,
+        max_gap_bytes: int = ...,
+        max_run_bytes: int = ...,
+        return_errors: Literal[False] = ...,
+    ) -> list[dict[str, Any]]: ...
+
+    @overload
+    async def read_many_async(
+        self,
+        indices: Sequence[int],
+        *,
+        max_gap_bytes: int = ...,
+        max_run_bytes: int = ...,
+        return_errors: Literal[True],
+    ) -> list[dict[str, Any] | ShardFormatError]: ...
 
     async def read_many_async(
         self,
@@ -149,8 +240,21 @@ class ShardDataset:
         *,
         max_gap_bytes: int = DEFAULT_MAX_GAP_BYTES,
         max_run_bytes: int = DEFAULT_MAX_RUN_BYTES,
-    ) -> list[dict[str, Any]]:
+        return_errors: bool = False,
+    ) -> list[dict[str, Any]] | list[dict[str, Any] | ShardFormatError]:
         """Async form of :meth:`read_many`; run it on the store's I/O engine."""
+        return await self._read_many(
+            indices, max_gap_bytes, max_run_bytes, return_errors=return_errors
+        )
+
+    async def _read_many(
+        self,
+        indices: Sequence[int],
+        max_gap_bytes: int,
+        max_run_bytes: int,
+        *,
+        return_errors: bool,
+    ) -> list[dict[str, Any] | ShardFormatError]:
         wanted = [self._check_index(i) for i in indices]
         runs = plan_runs(
             self._index,
@@ -158,23 +262,50 @@ class ShardDataset:
             max_gap_bytes=max_gap_bytes,
             max_run_bytes=max_run_bytes,
         )
+        unchecked = sorted({run.shard for run in runs} - self._sizes_checked)
 
-        async def fetch(run: Run) -> dict[int, dict[str, Any]]:
+        async def fetch(run: Run) -> dict[int, dict[str, Any] | ShardFormatError]:
             name = self._index.shards[run.shard].name
             data = await self._store.get_range_async(name, start=run.start, end=run.end)
-            out = {}
+            out: dict[int, dict[str, Any] | ShardFormatError] = {}
             for i in run.samples:
                 start = int(self._index.offset[i]) - run.start
-                out[i] = self._decode(i, data[start : start + int(self._index.length[i])])
+                try:
+                    out[i] = self._decode(i, data[start : start + int(self._index.length[i])])
+                except ShardFormatError as exc:
+                    if not return_errors:
+                        raise
+                    out[i] = exc
             return out
 
-        found: dict[int, dict[str, Any]] = {}
-        for part in await asyncio.gather(*(fetch(run) for run in runs)):
-            found.update(part)
+        # Size checks run beside the reads; a wrong size explains a failed read, so it wins.
+        checks, reads = await asyncio.gather(
+            asyncio.gather(
+                *(self._check_size_async(number) for number in unchecked),
+                return_exceptions=True,
+            ),
+            asyncio.gather(*(fetch(run) for run in runs), return_exceptions=True),
+        )
+        for check in checks:
+            if isinstance(check, BaseException) and not isinstance(check, CorruptShardError):
+                raise check
+        found: dict[int, dict[str, Any] | ShardFormatError] = {}
+        for run, read in zip(runs, reads, strict=True):
+            if run.shard in self._bad_sizes:
+                error: BaseException = self._size_error(run.shard)
+            elif isinstance(read, BaseException):
+                error = read
+            else:
+                found.update(read)
+                continue
+            if not return_errors or not isinstance(error, ShardFormatError):
+                raise error
+            found.update((i, error) for i in run.samples)
         return [found[i] for i in wanted]
 
     def verify(self, *, progress: Callable[[int], None] | None = None) -> VerifyReport:
-        """Read every shard whole and check its SHA-256, and every sample's CRC-32.
+        """Read every shard whole and check its size and SHA-256, every sample's CRC-32, and
+        that every sample's tar members parse (so a dataset that verifies can be read).
 
         Never raises for corruption: every problem, with its shard and sample, is listed
         in the report.
@@ -203,10 +334,14 @@ class ShardDataset:
                 report.samples += 1
                 start = int(self._index.offset[i])
                 span = data[start : start + int(self._index.length[i])]
+                key = self._index.keys[i]
                 if zlib.crc32(span) != int(self._index.crc32[i]):
-                    report.corrupt.append(
-                        (entry.name, self._index.keys[i], "sample bytes fail their CRC-32")
-                    )
+                    report.corrupt.append((entry.name, key, "sample bytes fail their CRC-32"))
+                    continue
+                try:  # an index made over a malformed span passes the CRC but cannot be read
+                    parse_members(span, where=f"{self.url}/{entry.name}:{key}")
+                except ShardFormatError as exc:
+                    report.corrupt.append((entry.name, key, str(exc)))
             if not digest_ok and not any(c[0] == entry.name for c in report.corrupt):
                 report.corrupt.append((entry.name, "", "SHA-256 mismatch outside any sample"))
             if progress is not None:
