@@ -61,3 +61,64 @@ def sniff_image_extension(data: bytes) -> str:
     if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
         return "webp"
     return "bin"
+
+
+#: Images with more pixels than this are refused before decoding, as decompression bombs.
+#: Pillow's own warning threshold (about 9,459 x 9,459), so no image under it trips Pillow's.
+DEFAULT_MAX_PIXELS = 89_478_485
+
+# Start-of-frame markers carry a JPEG's size (all SOFn except DHT, JPG and DAC).
+_JPEG_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
+
+
+def declared_image_size(data: bytes | memoryview) -> tuple[int, int] | None:
+    """``(width, height)`` as a JPEG, PNG, GIF, BMP or WebP header declares it, or None.
+
+    Reads only the header, so it costs microseconds and allocates nothing whatever the
+    size declared: the check against a pixel limit that must come before any decoder runs.
+    None means another format, or a header too damaged to say (a decoder will refuse it).
+    """
+    head = bytes(data[:65536])
+    if head.startswith(b"\xff\xd8"):
+        return _jpeg_declared_size(head)
+    if head.startswith(b"\x89PNG\r\n\x1a\n") and head[12:16] == b"IHDR" and len(head) >= 24:
+        return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+    if head[:6] in (b"GIF87a", b"GIF89a") and len(head) >= 10:
+        return int.from_bytes(head[6:8], "little"), int.from_bytes(head[8:10], "little")
+    if head.startswith(b"BM") and len(head) >= 26:
+        if int.from_bytes(head[14:18], "little") == 12:  # OS/2 core header: 16-bit fields
+            return int.from_bytes(head[18:20], "little"), int.from_bytes(head[20:22], "little")
+        width = int.from_bytes(head[18:22], "little", signed=True)
+        height = int.from_bytes(head[22:26], "little", signed=True)  # negative: top-down
+        return abs(width), abs(height)
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP" and len(head) >= 30:
+        chunk = head[12:16]
+        if chunk == b"VP8X":
+            width = int.from_bytes(head[24:27], "little") + 1
+            return width, int.from_bytes(head[27:30], "little") + 1
+        if chunk == b"VP8L" and head[20] == 0x2F:
+            bits = int.from_bytes(head[21:25], "little")
+            return (bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1
+        if chunk == b"VP8 ":
+            width = int.from_bytes(head[26:28], "little") & 0x3FFF
+            return width, int.from_bytes(head[28:30], "little") & 0x3FFF
+    return None
+
+
+def _jpeg_declared_size(head: bytes) -> tuple[int, int] | None:
+    position = 2
+    while position + 9 <= len(head) and head[position] == 0xFF:
+        marker = head[position + 1]
+        if marker == 0xFF:  # fill byte
+            position += 1
+            continue
+        if marker in (0xD8, 0x01) or 0xD0 <= marker <= 0xD7:
+            position += 2
+            continue
+        if marker in _JPEG_SOF:
+            height = int.from_bytes(head[position + 5 : position + 7], "big")
+            return int.from_bytes(head[position + 7 : position + 9], "big"), height
+        if marker == 0xDA:
+            return None
+        position += 2 + int.from_bytes(head[position + 2 : position + 4], "big")
+    return None

@@ -3,15 +3,33 @@
 from __future__ import annotations
 
 import io
+import struct
 from dataclasses import dataclass
 
 from PIL import Image
 
 from stoker.errors import SourceError
+from stoker.format import spec
+from stoker.format.spec import declared_image_size
 from stoker.pack.imagecheck import jpeg_size, png_size
 
 IMAGE_FIELDS = ("jpg", "png", "webp", "bmp", "gif", "tiff")
-DEFAULT_MAX_PIXELS = 89_478_485  # Pillow's own warning threshold: ~9,459 x 9,459
+#: Default ``ImagePolicy.max_pixels`` (Pillow's warning threshold, about 9,459 x 9,459).
+DEFAULT_MAX_PIXELS = spec.DEFAULT_MAX_PIXELS
+# What Pillow's format plugins raise on malformed files; all mean "cannot decode".
+_PILLOW_ERRORS = (
+    OSError,
+    SyntaxError,
+    ValueError,
+    TypeError,
+    IndexError,
+    KeyError,
+    EOFError,
+    ZeroDivisionError,
+    struct.error,
+    Image.DecompressionBombError,
+    Image.DecompressionBombWarning,
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -22,7 +40,8 @@ class ImagePolicy:
         resize_shorter: Scale so the shorter side is this many pixels (never enlarges).
         max_side: Scale so the longer side is at most this many pixels.
         quality: Re-encode as JPEG at this quality; with a resize and no quality, 90.
-        max_pixels: Refuse images with more pixels than this (decompression bombs).
+        max_pixels: Refuse images with more pixels than this (decompression bombs); the
+            size the image's header declares is checked before anything is decoded.
         check: Check every image's structure (markers, end of file, size) even when its
             bytes are kept, so that an undecodable or truncated file is caught at pack time
             rather than in training.
@@ -43,6 +62,8 @@ class ImagePolicy:
                 raise ValueError(f"{name} must be >= 1, got {value}")
         if self.quality is not None and not 1 <= self.quality <= 100:
             raise ValueError(f"quality must be in 1..100, got {self.quality}")
+        if self.max_pixels < 1:
+            raise ValueError(f"max_pixels must be >= 1, got {self.max_pixels}")
 
     @property
     def rewrites(self) -> bool:
@@ -78,6 +99,9 @@ def process_image(data: bytes, ext: str, policy: ImagePolicy, *, where: str) -> 
     """
     if not policy.check and not policy.rewrites:
         return ext, data
+    declared = declared_image_size(data)
+    if declared is not None:  # before Pillow, so that our limit decides, not Pillow's
+        _check_pixels(*declared, policy, where)
     if not policy.rewrites and ext in ("jpg", "png"):
         try:
             width, height = jpeg_size(data) if ext == "jpg" else png_size(data)
@@ -102,5 +126,5 @@ def process_image(data: bytes, ext: str, policy: ImagePolicy, *, where: str) -> 
             return "jpg", out.getvalue()
     except SourceError:
         raise
-    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
+    except _PILLOW_ERRORS as exc:
         raise SourceError(f"{where}: cannot decode image: {exc}") from exc

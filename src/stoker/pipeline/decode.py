@@ -1,18 +1,44 @@
-"""Decoding image bytes into arrays, at the smallest JPEG scale the crop allows."""
+"""Decoding image bytes into arrays, at the smallest JPEG scale the crop allows.
+
+Both decoders refuse decompression bombs before any pixel is decoded: the size the image's
+header declares is checked against ``max_pixels`` (default :data:`DEFAULT_MAX_PIXELS`), so a
+small file claiming 65,535 x 65,535 pixels costs microseconds, not gigabytes. Every failure
+to decode is a :class:`ValueError` saying what is wrong, which the loader skips or raises
+as its ``on_error`` says.
+"""
 
 from __future__ import annotations
 
 import io
 import math
 import random
+import struct
 from typing import Any
 
 import numpy as np
 from PIL import Image
 
+from stoker.format import spec
+from stoker.format.spec import declared_image_size
 from stoker.pipeline.transforms import PlannedTransform
 
-DEFAULT_MAX_PIXELS = 89_478_485
+#: Default ``max_pixels``: images with more pixels are refused before decoding.
+DEFAULT_MAX_PIXELS = spec.DEFAULT_MAX_PIXELS
+
+# What Pillow's format plugins raise on malformed files, besides OSError; all mean the same.
+_PILLOW_ERRORS = (
+    OSError,
+    SyntaxError,
+    ValueError,
+    TypeError,
+    IndexError,
+    KeyError,
+    EOFError,
+    ZeroDivisionError,
+    struct.error,
+    Image.DecompressionBombError,
+    Image.DecompressionBombWarning,
+)
 
 
 def is_jpeg(data: bytes | memoryview) -> bool:
@@ -46,32 +72,29 @@ def decode_planned(
     if is_jpeg(data):
         import simplejpeg
 
-        height, width, _, _ = simplejpeg.decode_jpeg_header(bytes(data))
-        _check_pixels(width, height, max_pixels)
+        width, height = _jpeg_size(data, max_pixels)
         plan = transform.plan(width, height, rng)
         left, top, box_w, box_h = plan.box
         out_h, out_w = plan.size
         need_w = math.ceil(width * out_w / box_w) if box_w else width
         need_h = math.ceil(height * out_h / box_h) if box_h else height
-        decoded = simplejpeg.decode_jpeg(
-            bytes(data),
-            colorspace="RGB",
-            min_width=min(need_w, width),
-            min_height=min(need_h, height),
-            fastdct=True,
-            fastupsample=True,
-        )
+        try:
+            decoded = simplejpeg.decode_jpeg(
+                bytes(data),
+                colorspace="RGB",
+                min_width=min(need_w, width),
+                min_height=min(need_h, height),
+                fastdct=True,
+                fastupsample=True,
+            )
+        except ValueError as exc:
+            raise ValueError(f"cannot decode JPEG: {exc}") from exc
         scale_x = decoded.shape[1] / width
         scale_y = decoded.shape[0] / height
         image = Image.fromarray(decoded)
         box = (left * scale_x, top * scale_y, (left + box_w) * scale_x, (top + box_h) * scale_y)
     else:
-        try:
-            pil = Image.open(io.BytesIO(bytes(data)))
-            _check_pixels(pil.width, pil.height, max_pixels)
-            image = pil.convert("RGB")
-        except (OSError, SyntaxError, Image.DecompressionBombError) as exc:
-            raise ValueError(f"cannot decode image: {exc}") from exc
+        image = _pillow_rgb(data, max_pixels)
         plan = transform.plan(image.width, image.height, rng)
         left, top, box_w, box_h = plan.box
         out_h, out_w = plan.size
@@ -86,23 +109,59 @@ def decode_planned(
 
 
 def decode_full(data: bytes | memoryview, *, max_pixels: int = DEFAULT_MAX_PIXELS) -> Any:
-    """Decode to a full-size RGB ``PIL.Image`` (for user transforms)."""
+    """Decode to a full-size RGB ``PIL.Image`` (for user transforms).
+
+    Args:
+        data: Encoded image.
+        max_pixels: Refuse larger images (decompression bombs), before decoding.
+
+    Raises:
+        ValueError: Undecodable image, or more than ``max_pixels`` pixels.
+    """
     if is_jpeg(data):
         import simplejpeg
 
-        height, width, _, _ = simplejpeg.decode_jpeg_header(bytes(data))
-        _check_pixels(width, height, max_pixels)
-        return Image.fromarray(simplejpeg.decode_jpeg(bytes(data), colorspace="RGB"))
+        _jpeg_size(data, max_pixels)
+        try:
+            return Image.fromarray(simplejpeg.decode_jpeg(bytes(data), colorspace="RGB"))
+        except ValueError as exc:
+            raise ValueError(f"cannot decode JPEG: {exc}") from exc
+    return _pillow_rgb(data, max_pixels)
+
+
+def _jpeg_size(data: bytes | memoryview, max_pixels: int) -> tuple[int, int]:
+    import simplejpeg
+
     try:
-        pil = Image.open(io.BytesIO(bytes(data)))
-        _check_pixels(pil.width, pil.height, max_pixels)
-        return pil.convert("RGB")
-    except (OSError, SyntaxError, Image.DecompressionBombError) as exc:
+        height, width, _, _ = simplejpeg.decode_jpeg_header(bytes(data))
+    except ValueError as exc:
+        raise ValueError(f"cannot decode JPEG: {exc}") from exc
+    _check_pixels(width, height, max_pixels)
+    return width, height
+
+
+def _pillow_rgb(data: bytes | memoryview, max_pixels: int) -> Any:
+    # The header's declared size is checked before Pillow sees the bytes, so our limit, not
+    # Pillow's global one, decides; then Pillow's lazily read size (TIFF and the rest).
+    declared = declared_image_size(data)
+    if declared is not None:
+        _check_pixels(*declared, max_pixels)
+    try:
+        with Image.open(io.BytesIO(bytes(data))) as pil:
+            _check_pixels(pil.width, pil.height, max_pixels)
+            return pil.convert("RGB")
+    except _PixelLimitError:
+        raise
+    except _PILLOW_ERRORS as exc:
         raise ValueError(f"cannot decode image: {exc}") from exc
+
+
+class _PixelLimitError(ValueError):
+    """An image over the pixel limit (kept apart from Pillow's ValueErrors)."""
 
 
 def _check_pixels(width: int, height: int, max_pixels: int) -> None:
     if width * height > max_pixels:
-        raise ValueError(
+        raise _PixelLimitError(
             f"{width}x{height} image exceeds max_pixels={max_pixels} (decompression bomb?)"
         )
