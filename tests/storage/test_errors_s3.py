@@ -82,3 +82,40 @@ def test_unreachable_endpoint_is_named(s3_server) -> None:
         store.get("k")
     with pytest.raises(ConnectionError):
         store.head("k")
+
+
+@pytest.mark.parametrize(
+    ("kind", "error"), [("truncate", "reset"), ("body_reset", "reset"), ("stall", "timeout")]
+)
+def test_spoiled_responses_are_retried(s3_bucket, proxy: NetProxy, kind: str, error: str) -> None:
+    """Responses cut short (clean close or reset) or stalled past the timeout, on every
+    kind of request: each costs exactly one retry, and no short data reaches the caller."""
+    direct = s3_bucket.store()
+    big = bytes(range(256)) * 4096  # 1 MiB
+    for i in range(3):
+        direct.put(f"obj/{i}", big[: 50_000 + i])
+    proxy.set_faults(FaultConfig(fault_rate=0.3, kinds=(kind,), seed=4))
+    # A stall ends with the client's timeout; 0.3 s keeps the test short.
+    store = s3_bucket.store(endpoint=proxy.endpoint, retry=FAST_RETRY, timeout_s=0.3)
+    for i in range(3):
+        assert bytes(store.get(f"obj/{i}")) == big[: 50_000 + i]
+        assert bytes(store.get_range(f"obj/{i}", start=100, end=40_000)) == big[100:40_000]
+        assert store.head(f"obj/{i}").size == 50_000 + i
+    store.put("written", big)
+    assert sorted(m.key for m in store.list("obj")) == [f"obj/{i}" for i in range(3)]
+    assert bytes(direct.get("written")) == big
+    stats = proxy.stats()
+    counters = store.counters.snapshot()
+    assert stats.faults[kind] > 0
+    assert counters["retries"] == stats.faults[kind] == counters[f"errors.{error}"]
+
+
+def test_a_stalled_request_times_out_with_a_clear_error(s3_bucket, proxy: NetProxy) -> None:
+    s3_bucket.store().put("slow", b"x" * 10_000)
+    proxy.set_faults(FaultConfig(fault_rate=1.0, kinds=("stall",)))
+    store = s3_bucket.store(
+        endpoint=proxy.endpoint, retry={**FAST_RETRY, "max_attempts": 2}, timeout_s=0.3
+    )
+    with pytest.raises(EndpointError, match=r"slow: no complete response .* timeout_s=0\.3"):
+        store.get("slow")
+    assert store.counters.get("errors.timeout") == 2

@@ -153,10 +153,15 @@ class ObstoreStore:
                 f"{op.upper()} {where} was refused ({reason}); credentials came from "
                 f"{self._source}, endpoint {self._endpoint}"
             )
-        if kind in ("connect", "timeout"):
+        if kind == "connect":
             return EndpointError(
                 f"cannot reach {self._endpoint} for {op.upper()} {where} "
                 f"({kind}, gave up after retrying)"
+            )
+        if kind == "timeout":
+            return EndpointError(
+                f"{op.upper()} {where}: no complete response from {self._endpoint} within "
+                f"timeout_s={self._options.timeout_s:g} (gave up after retrying)"
             )
         summary = text.split("\n", 1)[0][:300]
         if kind in RETRYABLE:

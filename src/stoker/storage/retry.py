@@ -4,6 +4,12 @@ obstore's own retries are switched off so that every attempt is counted here. An
 classified from obstore's exception type and message into a small set of kinds; the
 retryable ones (server errors, throttling, timeouts, resets, short bodies, refused
 connections) are retried until the policy's attempts or time run out.
+
+Throttling (503 SlowDown, 429) backs off from a longer base delay than other errors, and never
+for less than half of its backoff. A ``Retry-After`` the server gave is honoured up to
+``max_retry_after_s`` when the error carries it, as an exception attribute ``retry_after_s``
+or as ``Retry-After: N`` in its message; obstore's errors carry neither (it does not expose
+the response headers of a failed request), so against S3 the throttle backoff applies.
 """
 
 from __future__ import annotations
@@ -45,6 +51,9 @@ class ShortBodyError(Exception):
     """A response carried fewer bytes than it announced (raised by our own checks)."""
 
 
+_RETRY_AFTER = re.compile(r"retry-after:\s*(\d+(?:\.\d+)?)")
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RetryPolicy:
     """How often and how patiently to retry a failed request.
@@ -53,8 +62,11 @@ class RetryPolicy:
         max_attempts: Attempts in all, the first included.
         base_delay_s: Backoff before the second attempt; it doubles each time.
         max_delay_s: Cap on one backoff.
-        max_elapsed_s: Give up when this much time has passed since the first attempt.
+        max_elapsed_s: Give up rather than wait past this much time since the first attempt.
         connect_attempts: Attempts for a refused or failed connection, which rarely heals.
+        throttle_base_delay_s: Backoff before the second attempt of a throttled request
+            (503 SlowDown, 429); it doubles each time, capped by ``max_delay_s``.
+        max_retry_after_s: Cap on a server's ``Retry-After`` (it is honoured up to this).
     """
 
     max_attempts: int = 10
@@ -62,19 +74,33 @@ class RetryPolicy:
     max_delay_s: float = 5.0
     max_elapsed_s: float = 120.0
     connect_attempts: int = 3
+    throttle_base_delay_s: float = 0.5
+    max_retry_after_s: float = 30.0
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1:
             raise ValueError(f"max_attempts must be >= 1, got {self.max_attempts}")
         if self.connect_attempts < 1:
             raise ValueError(f"connect_attempts must be >= 1, got {self.connect_attempts}")
-        if self.base_delay_s < 0 or self.max_delay_s < 0 or self.max_elapsed_s < 0:
-            raise ValueError("retry delays must be >= 0")
+        delays = (
+            self.base_delay_s,
+            self.max_delay_s,
+            self.max_elapsed_s,
+            self.throttle_base_delay_s,
+            self.max_retry_after_s,
+        )
+        if any(d < 0 for d in delays):
+            raise ValueError(f"retry delays must be >= 0, got {self}")
 
-    def backoff_s(self, attempt: int, rng: random.Random) -> float:
-        """Full-jitter backoff before attempt ``attempt + 1`` (``attempt`` starts at 1)."""
-        ceiling = min(self.max_delay_s, self.base_delay_s * (2 ** (attempt - 1)))
-        return rng.uniform(0, ceiling)
+    def backoff_s(self, attempt: int, rng: random.Random, *, throttled: bool = False) -> float:
+        """Backoff before attempt ``attempt + 1`` (``attempt`` starts at 1).
+
+        Full jitter in [0, ceiling]; a throttled request waits at least half the ceiling, so
+        that many clients throttled at once really slow down.
+        """
+        base = self.throttle_base_delay_s if throttled else self.base_delay_s
+        ceiling = min(self.max_delay_s, base * (2 ** (attempt - 1)))
+        return rng.uniform(ceiling / 2 if throttled else 0.0, ceiling)
 
 
 _STATUS = re.compile(r"status code: (\d{3})")
@@ -130,6 +156,15 @@ def classify(exc: BaseException) -> ErrorKind:
     return "other"
 
 
+def retry_after_s(exc: BaseException) -> float | None:
+    """The server's ``Retry-After`` in seconds, if the error carries one."""
+    value = getattr(exc, "retry_after_s", None)
+    if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
+        return float(value)
+    match = _RETRY_AFTER.search(str(exc).lower())
+    return float(match.group(1)) if match else None
+
+
 async def call_with_retries(
     request: Callable[[], Awaitable[T]],
     *,
@@ -141,7 +176,9 @@ async def call_with_retries(
     """Run ``request`` until it succeeds, a non-retryable error occurs, or the policy gives up.
 
     Every attempt after the first counts as ``retries``; throttling also counts as
-    ``throttles``; each failure counts as ``errors.<kind>``. The last exception is re-raised
+    ``throttles``; each failure counts as ``errors.<kind>``. The wait before a retry is the
+    policy's backoff, or the error's ``Retry-After`` (capped) if that is longer; a retry
+    that would start after ``max_elapsed_s`` is not made. The last exception is re-raised
     unchanged, so the caller can map it to a stoker error.
 
     Args:
@@ -164,10 +201,14 @@ async def call_with_retries(
             if kind == "throttle":
                 counters.add("throttles")
             limit = policy.connect_attempts if kind == "connect" else policy.max_attempts
-            elapsed = time.monotonic() - started
-            if kind not in RETRYABLE or attempt >= limit or elapsed >= policy.max_elapsed_s:
+            if kind not in RETRYABLE or attempt >= limit:
                 raise
-            delay = policy.backoff_s(attempt, rng)
+            delay = policy.backoff_s(attempt, rng, throttled=kind == "throttle")
+            after = retry_after_s(exc)
+            if after is not None:
+                delay = max(delay, min(after, policy.max_retry_after_s))
+            if time.monotonic() - started + delay > policy.max_elapsed_s:
+                raise
             logger.debug("%s: %s (attempt %d), retrying in %.3fs", what, kind, attempt, delay)
             counters.add("retries")
             await asyncio.sleep(delay)
