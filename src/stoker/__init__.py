@@ -16,8 +16,9 @@ from stoker.format.reader import ShardDataset, open_dataset
 from stoker.pack.packer import PackConfig, PackReport, pack
 from stoker.pack.reencode import ImagePolicy
 from stoker.pipeline import transforms
-from stoker.pipeline.loader import Loader, LoaderStats
+from stoker.pipeline.loader import Loader
 from stoker.pipeline.mixing import MixConfig
+from stoker.pipeline.stats import LoaderStats
 from stoker.pipeline.windows import WindowConfig
 from stoker.storage import (
     MemoryStore,

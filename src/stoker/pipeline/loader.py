@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import shutil
 import threading
 import time
 from collections import Counter, deque
@@ -32,15 +31,21 @@ from typing import Any, Literal
 import numpy as np
 
 from stoker.core.metrics import Stages, StageTotals, TraceEvent
-from stoker.core.pricing import EpochCost, StoragePrices
 from stoker.core.units import format_bytes
-from stoker.format.reader import ShardDataset, open_dataset
-from stoker.format.sidetable import SideTable, open_side_table
+from stoker.format.reader import ShardDataset
 from stoker.pipeline.autotune import AutotuneConfig, Autotuner, ConcurrencyLimit
 from stoker.pipeline.cache import SampleCache
 from stoker.pipeline.mixing import MixConfig, SourceShare
 from stoker.pipeline.order import EpochOrder, OrderConfig, Segment, assign, consumed
-from stoker.pipeline.sources import DatasetSource, MixedSource, Source, WindowSource
+from stoker.pipeline.sources import (
+    CACHE_PAGE_BYTES,
+    MixedSource,
+    Source,
+    WindowSource,
+    block_size_for,
+    open_source,
+)
+from stoker.pipeline.stats import LoaderStats
 from stoker.pipeline.transforms import PlannedTransform
 from stoker.pipeline.windows import WindowConfig
 from stoker.pipeline.workers import (
@@ -50,79 +55,10 @@ from stoker.pipeline.workers import (
     slice_batch,
 )
 from stoker.pipeline.world import World
-from stoker.storage.cache import CachedStore, DiskCache
-from stoker.storage.open import engine_for, open_store
+from stoker.storage.cache import CachedStore
+from stoker.storage.open import engine_for
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(slots=True)
-class LoaderStats:
-    """Counters of one loader since it was made.
-
-    Attributes:
-        samples: Samples delivered in batches.
-        batches: Batches delivered.
-        skipped: ``(key, reason)`` of samples left out with ``on_error="skip"``.
-        padded: Samples repeated to even out ranks (summed over epochs).
-        wait_s: Time the consumer waited inside ``next()`` for a batch: the input
-            pipeline's stall as the training loop feels it.
-        step_s: Time the consumer spent between batches (its training step).
-        decode_s: Thread time spent decoding and transforming.
-        fetch_s: Time from a fetch's start to its completion, summed.
-        cache_hits: Samples served from the in-memory cache.
-        requests: The store's request counters (requests, bytes, retries, errors).
-        disk_cache: The disk cache's counters (hits, misses, writes, evictions, errors).
-        stages: Time, calls, items and bytes per stage: ``index`` (opening the dataset),
-            ``fetch`` (a read group's requests, on the I/O engine), ``decode`` (decode and
-            built-in transform, per batch slice), ``transform`` (a user callable),
-            ``collate`` (assembling a batch), ``wait.fetch`` and ``wait.decode`` (the
-            pipeline thread blocked on either), ``consumer.wait`` and ``consumer.step``.
-        epoch_samples: Samples per epoch on this rank (padding included).
-    """
-
-    samples: int = 0
-    batches: int = 0
-    skipped: list[tuple[str, str]] = field(default_factory=list)
-    padded: int = 0
-    wait_s: float = 0.0
-    step_s: float = 0.0
-    decode_s: float = 0.0
-    fetch_s: float = 0.0
-    cache_hits: int = 0
-    requests: dict[str, int] = field(default_factory=dict)
-    disk_cache: dict[str, int] = field(default_factory=dict)
-    stages: dict[str, StageTotals] = field(default_factory=dict)
-    epoch_samples: int = 0
-
-    @property
-    def wait_share(self) -> float:
-        """Share of the consumer's time spent waiting for batches (0: never input-bound)."""
-        total = self.wait_s + self.step_s
-        return self.wait_s / total if total > 0 else 0.0
-
-    def cost_per_epoch(self, prices: StoragePrices | None = None) -> EpochCost:
-        """Requests, bytes and price of one epoch on this rank, at the measured rates.
-
-        Measured over the samples delivered so far, so a warm cache lowers it.
-        """
-        prices = prices or StoragePrices()
-        per_sample = self.epoch_samples / self.samples if self.samples else 0.0
-        requests = self.requests.get("requests.get", 0) * per_sample
-        nbytes = self.requests.get("bytes.read", 0) * per_sample
-        return EpochCost(requests, nbytes, prices.cost(requests=requests, nbytes=nbytes))
-
-
-#: Bytes one block (one ranged read) aims for when the caller gives no OrderConfig.
-BLOCK_TARGET_BYTES = 1_000_000
-#: Page of the disk cache: a block's worth, so a cold block costs one or two page reads.
-CACHE_PAGE_BYTES = 1 << 20
-
-
-def _block_size_for(unit_bytes: float, minimum: int = 4) -> int:
-    """Units per block so that a block is about 1 MB: large images get short blocks,
-    so the first batch needs little data and memory stays bounded; small ones long."""
-    return int(min(64, max(minimum, round(BLOCK_TARGET_BYTES / max(unit_bytes, 1.0)))))
 
 
 def _merged(snapshots: Iterable[dict[str, int]]) -> dict[str, int]:
@@ -130,82 +66,6 @@ def _merged(snapshots: Iterable[dict[str, int]]) -> dict[str, int]:
     for snapshot in snapshots:
         total.update(snapshot)
     return dict(sorted(total.items()))
-
-
-def _open_source(
-    source: str | os.PathLike[str] | ShardDataset | Sequence[str | os.PathLike[str]] | Source,
-    *,
-    storage_options: Mapping[str, Any] | None,
-    mix: MixConfig | None,
-    window: WindowConfig | None,
-    side_tables: Mapping[str, str] | None,
-    cache: tuple[Path, int | None, int] | None,
-) -> Source:
-    """Open what the Loader reads: datasets (through the disk cache), side tables, mix."""
-    inputs: list[str | os.PathLike[str] | ShardDataset]
-    if isinstance(source, str | os.PathLike | ShardDataset):
-        inputs = [source]
-    elif isinstance(source, Sequence):
-        inputs = list(source)
-    else:
-        if mix or window or side_tables or cache:
-            raise ValueError(
-                "a prebuilt source carries its own mix, windows, side tables and cache"
-            )
-        return source
-    if len(inputs) > 1 and mix is None:
-        raise ValueError(f"{len(inputs)} datasets given: say how to mix them with mix=")
-    if mix is not None and window is not None:
-        raise ValueError("windows over a mix are not supported: give one of mix and window")
-    if side_tables and len(inputs) > 1:
-        raise ValueError("side tables go with a single dataset")
-    datasets = [
-        item
-        if isinstance(item, ShardDataset)
-        else open_dataset(item, storage_options=storage_options)
-        for item in inputs
-    ]
-    disk: DiskCache | None = None
-    if cache is not None:
-        directory, max_bytes, page_bytes = cache
-        if max_bytes is None:
-            directory.mkdir(parents=True, exist_ok=True)
-            wanted = int(sum(s.size for d in datasets for s in d.shards) * 1.1) + (64 << 20)
-            max_bytes = min(wanted, int(shutil.disk_usage(directory).free * 0.8))
-        disk = DiskCache(directory, max_bytes=max_bytes)
-        datasets = [_cached(d, disk, page_bytes) for d in datasets]
-    tables = {
-        name: _open_table(url, storage_options, disk) for name, url in (side_tables or {}).items()
-    }
-    sources = [DatasetSource(d, tables if n == 0 else None) for n, d in enumerate(datasets)]
-    if mix is not None:
-        return MixedSource(sources, mix, [_block_size_for(s.unit_bytes()) for s in sources])
-    if window is not None:
-        return WindowSource(sources[0], window)
-    return sources[0]
-
-
-def _cached(dataset: ShardDataset, disk: DiskCache, page_bytes: int) -> ShardDataset:
-    store = dataset.store
-    if isinstance(store, CachedStore):  # re-wrapping would cache twice
-        store = store.inner
-    cached = CachedStore(
-        store,
-        disk,
-        page_bytes=page_bytes,
-        objects={s.name: (f"sha256:{s.sha256}", s.size) for s in dataset.shards},
-    )
-    return ShardDataset(cached, dataset.index)
-
-
-def _open_table(
-    url: str, storage_options: Mapping[str, Any] | None, disk: DiskCache | None
-) -> SideTable:
-    parent, _, key = str(url).rstrip("/").rpartition("/")
-    store = open_store(parent or ".", storage_options=storage_options)
-    if disk is not None:
-        store = CachedStore(store, disk)
-    return open_side_table(store, key)
 
 
 class _ThreadSeconds(threading.local):
@@ -319,7 +179,7 @@ class Loader:
         self.stages = Stages()
         mode = (order.mode if order else "blocks") if shuffle else "none"
         with self.stages.time("index"):
-            self.source = _open_source(
+            self.source = open_source(
                 source,
                 storage_options=storage_options,
                 mix=mix,
@@ -339,7 +199,7 @@ class Loader:
         self._unit_shape: tuple[int, ...] = (
             (self.source.window.size,) if isinstance(self.source, WindowSource) else ()
         )
-        base = order or OrderConfig(block_size=_block_size_for(self.source.unit_bytes()))
+        base = order or OrderConfig(block_size=block_size_for(self.source.unit_bytes()))
         self.order_config = OrderConfig(
             mode=mode,
             seed=seed,

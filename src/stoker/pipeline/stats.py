@@ -1,0 +1,65 @@
+"""LoaderStats: what a loader has done, by stage, with its requests and their cost."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from stoker.core.metrics import StageTotals
+from stoker.core.pricing import EpochCost, StoragePrices
+
+
+@dataclass(slots=True)
+class LoaderStats:
+    """Counters of one loader since it was made.
+
+    Attributes:
+        samples: Samples delivered in batches.
+        batches: Batches delivered.
+        skipped: ``(key, reason)`` of samples left out with ``on_error="skip"``.
+        padded: Samples repeated to even out ranks (summed over epochs).
+        wait_s: Time the consumer waited inside ``next()`` for a batch: the input
+            pipeline's stall as the training loop feels it.
+        step_s: Time the consumer spent between batches (its training step).
+        decode_s: Thread time spent decoding and transforming.
+        fetch_s: Time from a fetch's start to its completion, summed.
+        cache_hits: Samples served from the in-memory cache.
+        requests: The store's request counters (requests, bytes, retries, errors).
+        disk_cache: The disk cache's counters (hits, misses, writes, evictions, errors).
+        stages: Time, calls, items and bytes per stage: ``index`` (opening the dataset),
+            ``fetch`` (a read group's requests, on the I/O engine), ``decode`` (decode and
+            built-in transform, per batch slice), ``transform`` (a user callable),
+            ``collate`` (assembling a batch), ``wait.fetch`` and ``wait.decode`` (the
+            pipeline thread blocked on either), ``consumer.wait`` and ``consumer.step``.
+        epoch_samples: Samples per epoch on this rank (padding included).
+    """
+
+    samples: int = 0
+    batches: int = 0
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    padded: int = 0
+    wait_s: float = 0.0
+    step_s: float = 0.0
+    decode_s: float = 0.0
+    fetch_s: float = 0.0
+    cache_hits: int = 0
+    requests: dict[str, int] = field(default_factory=dict)
+    disk_cache: dict[str, int] = field(default_factory=dict)
+    stages: dict[str, StageTotals] = field(default_factory=dict)
+    epoch_samples: int = 0
+
+    @property
+    def wait_share(self) -> float:
+        """Share of the consumer's time spent waiting for batches (0: never input-bound)."""
+        total = self.wait_s + self.step_s
+        return self.wait_s / total if total > 0 else 0.0
+
+    def cost_per_epoch(self, prices: StoragePrices | None = None) -> EpochCost:
+        """Requests, bytes and price of one epoch on this rank, at the measured rates.
+
+        Measured over the samples delivered so far, so a warm cache lowers it.
+        """
+        prices = prices or StoragePrices()
+        per_sample = self.epoch_samples / self.samples if self.samples else 0.0
+        requests = self.requests.get("requests.get", 0) * per_sample
+        nbytes = self.requests.get("bytes.read", 0) * per_sample
+        return EpochCost(requests, nbytes, prices.cost(requests=requests, nbytes=nbytes))
