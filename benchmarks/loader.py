@@ -151,14 +151,8 @@ def limit_rate(paths: list[Path], count: int, threads: int) -> dict[str, float]:
     return {"images": len(data), "seconds": seconds, "images_per_s": len(data) / seconds}
 
 
-def run_set(
-    name: str,
-    spec: dict[str, Any],
-    server: SeaweedServer,
-    proxy: NetProxy,
-    args: argparse.Namespace,
-    scratch: Path,
-) -> dict[str, Any]:
+def prepare_set(name: str, spec: dict[str, Any], server: SeaweedServer) -> tuple[list[Path], float]:
+    """Generate set ``name`` (once; kept in benchmarks/out/data), upload it and pack it."""
     source = OUT / "data" / name
     marker = source / f".complete-{spec['files']}"
     if not marker.exists():
@@ -188,6 +182,19 @@ def run_set(
         config=PackConfig(max_shard_bytes=32_000_000),
     )
     print(f"[{name}] {len(paths)} photos, mean {mean_kb:.1f} kB, packed", flush=True)
+    return paths, mean_kb
+
+
+def run_set(
+    name: str,
+    spec: dict[str, Any],
+    server: SeaweedServer,
+    proxy: NetProxy,
+    args: argparse.Namespace,
+    scratch: Path,
+) -> dict[str, Any]:
+    paths, mean_kb = prepare_set(name, spec, server)
+    source = OUT / "data" / name
     results: dict[str, Any] = {"mean_kb": mean_kb, "files": len(paths)}
     cores = os.cpu_count() or 2
 
@@ -215,8 +222,6 @@ def run_set(
             str(batches),
             "--size",
             "224",
-            "--threads",
-            str(cores),
             "--json",
         ],
         env=env,
