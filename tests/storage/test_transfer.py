@@ -166,3 +166,92 @@ def test_resume_after_killed_download(s3_bucket, s3_server, tmp_path: Path) -> N
     assert _tree(dst) == _tree(source)
     assert not list(dst.rglob(f"*{PARTIAL_SUFFIX}"))
     assert f'"files_skipped": {done_before}' in rerun.stdout
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.starts: list[tuple[int, int]] = []
+        self.files = self.nbytes = 0
+
+    def start(self, *, files: int, total_bytes: int) -> None:
+        self.starts.append((files, total_bytes))
+
+    def advance(self, *, files: int, nbytes: int) -> None:
+        assert self.starts, "advance before start"
+        self.files += files
+        self.nbytes += nbytes
+
+
+class _WatchedStore(MemoryStore):
+    """Records how far the listing has run ahead of the downloads at each GET."""
+
+    def __init__(self) -> None:
+        super().__init__("watched")
+        self.listed = self.started = 0
+        self.ahead: list[int] = []
+
+    async def list_async(self, prefix: str = ""):  # type: ignore[override]
+        async for page in super().list_async(prefix):
+            self.listed += len(page)
+            yield page
+
+    async def get_async(self, path: str) -> memoryview:
+        self.started += 1
+        self.ahead.append(self.listed - self.started)
+        return await super().get_async(path)
+
+
+@pytest.mark.parametrize("objects", [150, 6000])
+def test_download_lists_a_bounded_window_ahead(objects: int, tmp_path: Path) -> None:
+    """A long listing is streamed (downloads start before it ends, and it never runs more
+    than about list_ahead objects ahead); a short one is known before the first GET."""
+    store = _WatchedStore()
+    for i in range(objects):
+        store.put(f"d{i % 7}/o{i:05d}", b"%d" % i)
+    sink = _Recorder()
+    config = TransferConfig(workers=4, list_ahead=200)
+    report = download(store, tmp_path, config=config, progress=sink)
+    assert report.files_transferred == report.files_total == objects
+    assert len(_tree(tmp_path)) == objects
+    total = sum(len(b"%d" % i) for i in range(objects))
+    assert sink.starts == [(objects, total)]  # once, with the exact totals
+    assert (sink.files, sink.nbytes) == (objects, total)
+    page = 1000  # MemoryStore's listing page
+    assert max(store.ahead) <= config.list_ahead + page + config.workers + 1
+    listed_at_first_get = store.ahead[0] + 1
+    if objects > config.list_ahead:
+        assert listed_at_first_get < objects  # files moved while the listing went on
+    else:
+        assert listed_at_first_get == objects
+
+
+class _CorruptingStore(MemoryStore):
+    def __init__(self, bad_key: str, *, fail: bool = False) -> None:
+        super().__init__("corrupting")
+        self.bad_key, self.fail = bad_key, fail
+
+    async def get_range_async(self, path: str, *, start: int, end: int) -> memoryview:
+        data = await super().get_range_async(path, start=start, end=end)
+        if path != self.bad_key or start == 0:
+            return data
+        if self.fail:
+            raise OSError("connection lost in the second part")
+        spoiled = bytearray(data)
+        spoiled[0] ^= 0xFF
+        return memoryview(bytes(spoiled))
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_a_bad_part_of_a_large_file_fails_that_file_only(fail: bool, tmp_path: Path) -> None:
+    store = _CorruptingStore("big/bad.bin", fail=fail)
+    big = os.urandom(33 * MiB)  # above the default 32 MiB threshold: downloaded in parts
+    store.put("big/bad.bin", big)
+    store.put("big/good.bin", big[::-1])
+    store.put("small.txt", b"fine")
+    with pytest.raises(TransferError) as info:
+        download(store, tmp_path)
+    [(key, reason)] = info.value.failures
+    assert key == "big/bad.bin"
+    assert ("second part" if fail else "checksum mismatch") in reason
+    assert _tree(tmp_path) == {"big/good.bin": big[::-1], "small.txt": b"fine"}
+    assert not list(tmp_path.rglob(f"*{PARTIAL_SUFFIX}"))  # the partial file is gone too

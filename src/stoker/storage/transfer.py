@@ -10,13 +10,19 @@ under a final name, and a rerun skips what is already there:
 * upload skips an object whose size matches and whose ETag matches the local file's MD5.
 
 Failed objects do not stop the others; the run ends with :class:`~stoker.errors.TransferError`
-listing each of them.
+listing each of them. A full disk does stop a download: no new file is started, the partial
+files are removed, and the error says so.
+
+Downloads start while the bucket is still being listed, and the listing runs at most
+``list_ahead`` objects ahead of them, so memory stays bounded however many objects there are.
 """
 
 from __future__ import annotations
 
 import asyncio
 import builtins
+import contextlib
+import errno
 import fnmatch
 import os
 import time
@@ -27,7 +33,7 @@ from typing import Any, Literal, Protocol
 
 from stoker.errors import StokerError, TransferError
 from stoker.storage.base import ObjectMeta, Store
-from stoker.storage.checksum import etag_matches, md5_hex
+from stoker.storage.checksum import etag_matches, md5_file, md5_hex
 from stoker.storage.engine import IOEngine
 from stoker.storage.open import engine_for
 from stoker.storage.options import StorageOptions
@@ -35,13 +41,17 @@ from stoker.storage.remote import ObstoreStore
 
 PARTIAL_SUFFIX = ".stoker-partial"
 DEFAULT_WORKERS = 64
+DEFAULT_LIST_AHEAD = 10_000
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
 class ProgressSink(Protocol):
     """Receives progress from a transfer (a progress bar, a logger, a test)."""
 
     def start(self, *, files: int, total_bytes: int) -> None:
-        """Called once, when the work is known."""
+        """Called once, when the work is known: before any `advance`, except for a download
+        whose listing is longer than ``list_ahead``, where it comes when the listing ends
+        (the advances before it are then reported together, just after it)."""
 
     def advance(self, *, files: int, nbytes: int) -> None:
         """Called as files finish (or are skipped)."""
@@ -58,7 +68,10 @@ class TransferConfig:
             one of them if any are given.
         exclude: Glob patterns; a file that matches one is left out.
         resume: Skip files that are already complete at the destination.
-        verify: Check each transferred file against the object's MD5 ETag where it has one.
+        verify: Check each transferred file against the object's ETag where it is an MD5
+            (single-part) or a multipart ETag whose part size can be found.
+        list_ahead: Most objects a download lists ahead of the files it has started; bounds
+            its memory on buckets of millions of objects.
     """
 
     workers: int = DEFAULT_WORKERS
@@ -66,10 +79,13 @@ class TransferConfig:
     exclude: tuple[str, ...] = ()
     resume: bool = True
     verify: bool = True
+    list_ahead: int = DEFAULT_LIST_AHEAD
 
     def __post_init__(self) -> None:
         if self.workers < 1:
             raise ValueError(f"workers must be >= 1, got {self.workers}")
+        if self.list_ahead < 1:
+            raise ValueError(f"list_ahead must be >= 1, got {self.list_ahead}")
 
     def selects(self, key: str) -> bool:
         """Whether ``key`` passes the include and exclude patterns."""
@@ -198,6 +214,40 @@ def _error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+class _LateProgress:
+    """Holds advances back until `start` has been called, then passes everything on."""
+
+    def __init__(self, sink: ProgressSink) -> None:
+        self._sink = sink
+        self._started = False
+        self._files = self._bytes = 0
+
+    def start(self, *, files: int, total_bytes: int) -> None:
+        self._sink.start(files=files, total_bytes=total_bytes)
+        self._started = True
+        if self._files:
+            self._sink.advance(files=self._files, nbytes=self._bytes)
+
+    def advance(self, *, files: int, nbytes: int) -> None:
+        if self._started:
+            self._sink.advance(files=files, nbytes=nbytes)
+        else:
+            self._files += files
+            self._bytes += nbytes
+
+
+class _DiskFullError(OSError):
+    """The destination filled up: the download stops."""
+
+
+async def _selected(store: Store, config: TransferConfig) -> AsyncIterator[ObjectMeta]:
+    pages: AsyncIterator[builtins.list[ObjectMeta]] = store.list_async("")
+    async for page in pages:
+        for meta in page:
+            if not meta.key.endswith("/") and config.selects(meta.key):
+                yield meta
+
+
 async def _download(
     store: Store,
     dst: Path,
@@ -205,43 +255,126 @@ async def _download(
     progress: ProgressSink,
     report: TransferReport,
 ) -> None:
-    metas: builtins.list[ObjectMeta] = []
-    pages: AsyncIterator[builtins.list[ObjectMeta]] = store.list_async("")
-    async for page in pages:
-        metas.extend(m for m in page if not m.key.endswith("/") and config.selects(m.key))
-    report.files_total = len(metas)
-    progress.start(files=len(metas), total_bytes=sum(m.size for m in metas))
     part_size, threshold = _part_size(store)
+    sink = _LateProgress(progress)
+    listing = _selected(store, config)
+    # Up to list_ahead objects are listed first: a listing that ends there is known exactly
+    # before any download starts; a longer one is streamed through a bounded queue.
+    first: builtins.list[ObjectMeta] = []
+    async for meta in listing:
+        first.append(meta)
+        if len(first) >= config.list_ahead:
+            break
+    else:
+        sink.start(files=len(first), total_bytes=sum(m.size for m in first))
+    report.files_total = len(first)
+    listed_all = len(first) < config.list_ahead
+    queue: asyncio.Queue[ObjectMeta | None] = asyncio.Queue(config.list_ahead)
+    full: builtins.list[BaseException] = []  # the disk-full error that stopped the run
+    list_error: builtins.list[BaseException] = []
+
+    async def produce() -> None:
+        nonlocal listed_all
+        try:
+            total_bytes = sum(m.size for m in first)
+            for meta in first:
+                await queue.put(meta)
+            if not listed_all:
+                first.clear()
+                async for meta in listing:
+                    if full:
+                        break
+                    report.files_total += 1
+                    total_bytes += meta.size
+                    await queue.put(meta)
+                else:
+                    listed_all = True
+                    sink.start(files=report.files_total, total_bytes=total_bytes)
+        except Exception as exc:  # raised once the files already listed are done
+            list_error.append(exc)
+        finally:
+            for _ in range(config.workers):
+                await queue.put(None)
 
     async def fetch(meta: ObjectMeta) -> None:
+        partial: Path | None = None
         try:
             target = safe_local_path(dst, meta.key)
-            if config.resume and _local_is_current(target, meta, part_size_bytes=part_size):
+            if config.resume and await _local_is_current_async(target, meta, part_size):
                 report.files_skipped += 1
-                progress.advance(files=1, nbytes=meta.size)
+                sink.advance(files=1, nbytes=meta.size)
                 return
             target.parent.mkdir(parents=True, exist_ok=True)
             partial = _partial_path(target)
-            if meta.size >= threshold:
-                await _download_parts(store, meta, partial, part_size)
-            else:
-                data = await store.get_async(meta.key)
-                if config.verify and meta.etag and len(meta.etag) == 32:
-                    _check_md5(meta, data)
-                with open(partial, "wb") as f:
-                    f.write(data)
-            if meta.last_modified is not None:
-                stamp = meta.last_modified.timestamp()
-                os.utime(partial, (stamp, stamp))
-            partial.replace(target)
+            try:
+                # Only a single-part ETag (an MD5) is checked: a multipart one depends on a
+                # part size that the uploader chose and the listing does not say.
+                check = config.verify and meta.etag is not None and len(meta.etag) == 32
+                if meta.size >= threshold:
+                    await _download_parts(store, meta, partial, part_size)
+                    if check:
+                        await _check_file(meta, partial)
+                else:
+                    data = await store.get_async(meta.key)
+                    if check:
+                        _check_md5(meta, data)
+                    _write_file(partial, data)
+                if meta.last_modified is not None:
+                    stamp = meta.last_modified.timestamp()
+                    os.utime(partial, (stamp, stamp))
+                partial.replace(target)
+            except OSError as exc:
+                if exc.errno in _DISK_FULL:
+                    raise _DiskFullError(
+                        f"no space left on device writing {target} ({meta.size} bytes)"
+                    ) from exc
+                raise
+            partial = None
             report.files_transferred += 1
             report.bytes_transferred += meta.size
-            progress.advance(files=1, nbytes=meta.size)
+            sink.advance(files=1, nbytes=meta.size)
         except Exception as exc:  # one failed object must not stop the others
             report.failures.append((meta.key, _error_text(exc)))
-            progress.advance(files=1, nbytes=0)
+            sink.advance(files=1, nbytes=0)
+            if isinstance(exc, _DiskFullError) and not full:
+                full.append(exc)
+        finally:
+            if partial is not None:  # never leave a partial file behind
+                _remove_quietly(partial)
 
-    await _run_pool(metas, config.workers, fetch)
+    async def worker() -> None:
+        while (meta := await queue.get()) is not None:
+            if not full:
+                await fetch(meta)
+
+    await asyncio.gather(produce(), *(worker() for _ in range(config.workers)))
+    if full:
+        done = report.files_transferred + report.files_skipped
+        of = f"{report.files_total}" if listed_all else f"at least {report.files_total}"
+        raise TransferError(
+            f"download stopped: {full[0]}; {done} of {of} files are complete in {dst} and no "
+            f"partial file is left; free some space, then rerun to resume",
+            sorted(report.failures),
+        ) from full[0].__cause__
+    if list_error:
+        raise list_error[0]
+
+
+async def _local_is_current_async(path: Path, meta: ObjectMeta, part_size: int) -> bool:
+    if meta.size < 4 * 1024 * 1024:
+        return _local_is_current(path, meta, part_size_bytes=part_size)
+    # A large file may need its MD5 computed: off the I/O loop.
+    return await asyncio.to_thread(_local_is_current, path, meta, part_size_bytes=part_size)
+
+
+def _write_file(path: Path, data: memoryview) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+def _remove_quietly(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        path.unlink(missing_ok=True)
 
 
 def _check_md5(meta: ObjectMeta, data: memoryview) -> None:
@@ -251,19 +384,53 @@ def _check_md5(meta: ObjectMeta, data: memoryview) -> None:
         raise ValueError(f"checksum mismatch: MD5 of the bytes received != ETag {meta.etag}")
 
 
+async def _check_file(meta: ObjectMeta, path: Path) -> None:
+    digest = await asyncio.to_thread(md5_file, path)
+    if meta.etag and digest != meta.etag.lower():
+        raise ValueError(f"checksum mismatch: MD5 of the bytes received != ETag {meta.etag}")
+
+
 async def _download_parts(store: Store, meta: ObjectMeta, partial: Path, part_size: int) -> None:
     fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        os.ftruncate(fd, meta.size)
+        _reserve(fd, meta.size)
+        failed: builtins.list[BaseException] = []
 
         async def part(start: int) -> None:
+            if failed:  # one part failed: the file fails, start no more parts
+                return
             end = min(start + part_size, meta.size)
-            data = await store.get_range_async(meta.key, start=start, end=end)
-            await asyncio.to_thread(os.pwrite, fd, data, start)
+            try:
+                data = await store.get_range_async(meta.key, start=start, end=end)
+                await asyncio.to_thread(_pwrite_all, fd, data, start)
+            except Exception as exc:
+                failed.append(exc)
 
+        # Every part is awaited before the descriptor is closed, even after a failure: a
+        # write still running could otherwise land in a file that reused the number.
         await asyncio.gather(*(part(s) for s in range(0, meta.size, part_size)))
+        if failed:
+            raise failed[0]
     finally:
         os.close(fd)
+
+
+def _reserve(fd: int, size: int) -> None:
+    """Give the file its size, allocating the blocks where the file system can (so that a
+    full disk fails here, before any byte is downloaded)."""
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as exc:
+        if exc.errno in _DISK_FULL:
+            raise
+        os.ftruncate(fd, size)  # no fallocate on this file system: a sparse file
+
+
+def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
+    view = memoryview(data).cast("B")
+    while view:
+        written = os.pwrite(fd, view, offset)
+        view, offset = view[written:], offset + written
 
 
 def download(
@@ -292,7 +459,8 @@ def download(
 
     Raises:
         TransferError: Some objects failed; the others were downloaded. ``failures`` names
-            each with its reason.
+            each with its reason. Or the disk filled up: the download stopped, saying so,
+            with no partial file left behind.
         FileNotFoundError: The bucket does not exist.
     """
     config = config or TransferConfig()
