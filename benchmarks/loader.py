@@ -137,6 +137,15 @@ def time_loader(loader: Any, limit: int) -> dict[str, float]:
     }
 
 
+def cpu_seconds(pid: int | None) -> float:
+    """User + system CPU seconds of a process (None: this one), from /proc."""
+    if pid is None:
+        times = os.times()
+        return times.user + times.system
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def limit_rate(paths: list[Path], count: int, threads: int) -> dict[str, float]:
     data = [p.read_bytes() for p in paths[:count]]
     out = np.empty((BATCH, 224, 224, 3), dtype=np.uint8)
@@ -209,6 +218,7 @@ def run_set(
         "AWS_REGION": REGION,
     }
     batches = max(1, args.stoker_images // BATCH)
+    server_cpu, harness_cpu, wall = cpu_seconds(server.pid), cpu_seconds(None), time.time()
     done = subprocess.run(
         [
             sys.executable,
@@ -230,6 +240,11 @@ def run_set(
         check=True,
     )
     results["stoker"] = json.loads(done.stdout)
+    wall = time.time() - wall
+    # The server and the proxy (a thread of this process) share the cores with the client:
+    # how much of the machine they took while stoker ran.
+    results["stoker"]["server_cores"] = (cpu_seconds(server.pid) - server_cpu) / wall
+    results["stoker"]["proxy_cores"] = (cpu_seconds(None) - harness_cpu) / wall
     print(f"[{name}] stoker {results['stoker']['images_per_s']:.0f} images/s", flush=True)
 
     if args.methods != "all":
@@ -363,6 +378,10 @@ def main() -> int:
                 f"{stoker_rate / rate:.2f}x | {'' if first is None else f'{first:.2f}'} |"
             )
         lines.append(f"| {name} | stoker peak RSS | | {r['stoker']['peak_rss_mb']:.0f} MB | | | |")
+        lines.append(
+            f"| {name} | cores taken by server + proxy during stoker's run | | "
+            f"{r['stoker']['server_cores']:.2f} + {r['stoker']['proxy_cores']:.2f} | | | |"
+        )
         if "download_folder" in r:
             lines.append(
                 f"| {name} | download of all originals | | "

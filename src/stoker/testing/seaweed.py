@@ -149,6 +149,11 @@ class SeaweedServer:
             "secret_access_key": SECRET_KEY,
         }
 
+    @property
+    def pid(self) -> int | None:
+        """The server process's id while it runs (for measuring its CPU time)."""
+        return None if self._process is None else self._process.pid
+
     def start(self) -> None:
         """Start the server and return once a signed PUT/GET round trip succeeds.
 
