@@ -252,3 +252,31 @@ def test_undecodable_samples_raise_or_are_skipped(tmp_path: Path) -> None:
         stats = loader.stats()
     assert len(keys) == 5
     assert [k for k, _ in stats.skipped] == ["broken"]
+
+
+@pytest.mark.parametrize("method", ["thread", "process"])
+def test_a_corrupt_sample_raises_naming_it_or_is_skipped(tmp_path: Path, method: str) -> None:
+    write_image_folder(tmp_path / "src", files=20, classes=2, width=40, height=30)
+    pack(tmp_path / "src", tmp_path / "ds", config=PackConfig(samples_per_shard=10))
+    dataset = open_dataset(tmp_path / "ds")
+    victim = 7
+    shard = tmp_path / "ds" / dataset.shards[int(dataset.index.shard[victim])].name
+    data = bytearray(shard.read_bytes())
+    data[int(dataset.index.offset[victim]) + int(dataset.index.length[victim]) - 700] ^= 0x55
+    shard.write_bytes(bytes(data))
+    key = dataset.index.keys[victim]
+    options: dict[str, object] = {"batch_size": 5, "transform": RandomResizedCrop(8)}
+    if method == "process":
+        options.update(method="process", num_threads=1)
+    with (
+        pytest.raises(ValueError, match=rf"sample {key!r}.*CRC-32"),
+        Loader(str(tmp_path / "ds"), **options) as loader,  # type: ignore[arg-type]
+    ):
+        list(loader)
+    with Loader(str(tmp_path / "ds"), on_error="skip", **options) as loader:  # type: ignore[arg-type]
+        keys = _keys(loader)
+        stats = loader.stats()
+    assert len(keys) == 19
+    assert key not in keys
+    assert [k for k, _ in stats.skipped] == [key]
+    assert "CRC-32" in stats.skipped[0][1]

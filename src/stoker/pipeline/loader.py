@@ -521,7 +521,7 @@ class Loader:
         if unique:
             for i, sample in zip(unique, await self.source.read_async(unique), strict=True):
                 found[i] = sample
-                if self.cache is not None:
+                if self.cache is not None and "error" not in sample:
                     self.cache.put(i, sample)
             nbytes = self.source.nbytes(unique)
         self.stages.record(

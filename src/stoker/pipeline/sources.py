@@ -3,7 +3,9 @@
 A *source* gives the loader three things: the order of an epoch over its *units* (samples,
 mixed samples or windows), the bytes of a unit (to size reads and budgets), and the units
 themselves for a list of ids, read concurrently on the I/O engine. Each unit is a dict
-with its fields (``jpg``, ...), ``key`` and ``label``, plus the source's extra arrays:
+with its fields (``jpg``, ...), ``key`` and ``label``, plus the source's extra arrays; a
+sample that fails its checks (CRC-32, malformed members) is a dict with ``key``, ``label``
+and its ``error``, which the loader raises or skips like an undecodable image:
 
 - :class:`DatasetSource`: samples of one packed dataset, with rows of side tables
   (``.npy`` arrays in the bucket, read by ranged GETs; see
@@ -130,12 +132,24 @@ class DatasetSource:
     def nbytes(self, ids: Sequence[int]) -> int:
         return int(self.dataset.index.length[np.asarray(ids, dtype=np.int64)].sum())
 
+    def _broken(self, i: int, error: Exception) -> dict[str, Any]:
+        """A stand-in for a sample that failed its checks: decoding it raises ``error``."""
+        return {
+            "key": self.dataset.index.keys[i],
+            "label": int(self.dataset.index.label[i]),
+            "error": error,
+        }
+
     async def read_async(self, ids: Sequence[int]) -> list[dict[str, Any]]:
         unique = list(dict.fromkeys(int(i) for i in ids))
-        reads: list[Any] = [self.dataset.read_many_async(unique)]
+        # A corrupt sample comes back as its error, so the loader can skip just that one.
+        reads: list[Any] = [self.dataset.read_many_async(unique, return_errors=True)]
         reads += [table.rows_async(unique) for table in self.side_tables.values()]
         samples, *rows = await asyncio.gather(*reads)
-        found = dict(zip(unique, samples, strict=True))
+        found = {
+            i: sample if isinstance(sample, dict) else self._broken(i, sample)
+            for i, sample in zip(unique, samples, strict=True)
+        }
         for name, table_rows in zip(self.side_tables, rows, strict=True):
             for n, i in enumerate(unique):
                 found[i][name] = table_rows[n]

@@ -75,8 +75,14 @@ class SampleDecoder:
         and flip for every frame of equal size).
 
         Raises:
-            ValueError: The sample has no image field or its image cannot be decoded.
+            ValueError: The sample failed its checks when read, has no image field, or its
+                image cannot be decoded.
         """
+        error = sample.get("error")
+        if isinstance(error, BaseException):
+            raise ValueError(str(error)) from error
+        if error is not None:  # in a worker process: the message only
+            raise ValueError(error)
         members = sample.get("members")
         if members is not None:
             images = [
@@ -347,6 +353,8 @@ def _byte_fields(fields: dict[str, Any]) -> dict[str, Any]:
     }
     if "members" in fields:
         out["members"] = [_byte_fields(m) for m in fields["members"]]
+    if "error" in fields:
+        out["error"] = str(fields["error"])
     return out
 
 
