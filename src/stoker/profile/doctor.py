@@ -1,0 +1,374 @@
+"""Is the input pipeline the bottleneck, which stage, and what to change.
+
+:func:`diagnose` runs a loader against a simulated training step and reads the answer off
+the loader's own stage timings:
+
+1. The consumer's time splits into waiting inside ``next()`` and its step. The share spent
+   waiting is the input-bound share: above :data:`INPUT_BOUND_SHARE` the pipeline is the
+   bottleneck, below it the model is (compute-bound).
+2. While the consumer waits, the pipeline (running inside ``next()``) is blocked on
+   something: the store (``wait.fetch``: a read group's requests have not come back), the
+   decode threads (``wait.decode``, split between decoding and a user transform by their
+   thread time) or assembling the batch (``collate``). The largest of these names the
+   bottleneck. This attribution needs no model of the machine, so it holds on busy cores.
+
+Alongside, the report gives each resource's load (how much of the time a request was in
+flight, how busy the decode threads and the CPU were) and concrete advice with numbers.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from stoker.core.metrics import StageTotals, TraceEvent
+from stoker.pipeline.loader import Loader
+from stoker.profile.advice import advise
+
+#: Above this share of waiting, the consumer is input-bound.
+INPUT_BOUND_SHARE = 0.10
+
+Bottleneck = Literal["store", "decode", "transform", "collate", "consumer"]
+#: The stage behind each bottleneck, as ``loader.stats().stages`` names it.
+STAGE_OF: dict[str, str] = {
+    "store": "fetch",
+    "decode": "decode",
+    "transform": "transform",
+    "collate": "collate",
+    "consumer": "consumer.step",
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Diagnosis:
+    """What :func:`diagnose` found.
+
+    Attributes:
+        url: The dataset.
+        verdict: ``"compute-bound"`` or ``"input-bound: <bottleneck>"``.
+        bottleneck: ``store``, ``decode``, ``transform``, ``collate``, or ``consumer`` when
+            compute-bound.
+        dominant_stage: The loader stage behind it (``fetch``, ``decode``, ...,
+            ``consumer.step``).
+        input_bound_share: Share of the consumer's time spent waiting for batches.
+        wait_shares: Where that waiting went: ``store``, ``decode``, ``transform``,
+            ``collate`` and ``other`` (bookkeeping), summing to 1.
+        load: How busy each resource was over the measured window: ``store`` (share of
+            the time at least one request was in flight), ``requests_in_flight`` (read
+            groups in flight on average), ``decode_threads`` (decode thread time per thread
+            and second), ``cpu`` (this process's CPU time per core and second) and
+            ``machine`` (the system's one-minute load average per core: above 1, other
+            processes compete for the cores).
+        advice: What to change, most useful first.
+        step_s: The simulated step.
+        batch_size: Samples per batch.
+        num_threads: The loader's decode threads.
+        prefetch: The loader's read groups in flight.
+        batches: Batches measured (after the warm-up).
+        samples: Samples in them.
+        seconds: Length of the measured window.
+        first_batch_s: Time from the start to the first batch.
+        stages: Each stage's totals over the measured window.
+        requests: Store counters over the measured window.
+        origin_s: Start of the run on the ``perf_counter`` clock.
+        window_start_s: Start of the measured window, on the same clock.
+        events: The loader's timeline (``Loader.events``) over the whole run.
+    """
+
+    url: str
+    verdict: str
+    bottleneck: Bottleneck
+    dominant_stage: str
+    input_bound_share: float
+    wait_shares: dict[str, float]
+    load: dict[str, float]
+    advice: list[str]
+    step_s: float
+    batch_size: int
+    num_threads: int
+    prefetch: int
+    batches: int
+    samples: int
+    seconds: float
+    first_batch_s: float
+    stages: dict[str, StageTotals] = field(default_factory=dict)
+    requests: dict[str, int] = field(default_factory=dict)
+    origin_s: float = 0.0
+    window_start_s: float = 0.0
+    events: tuple[TraceEvent, ...] = ()
+
+    @property
+    def images_per_s(self) -> float:
+        """Samples delivered per second over the measured window."""
+        return self.samples / self.seconds if self.seconds > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (the timeline left out)."""
+        return {
+            "url": self.url,
+            "verdict": self.verdict,
+            "bottleneck": self.bottleneck,
+            "dominant_stage": self.dominant_stage,
+            "input_bound_share": round(self.input_bound_share, 4),
+            "wait_shares": {k: round(v, 4) for k, v in self.wait_shares.items()},
+            "load": {k: round(v, 4) for k, v in self.load.items()},
+            "advice": self.advice,
+            "step_s": self.step_s,
+            "batch_size": self.batch_size,
+            "num_threads": self.num_threads,
+            "prefetch": self.prefetch,
+            "batches": self.batches,
+            "samples": self.samples,
+            "seconds": round(self.seconds, 4),
+            "first_batch_s": round(self.first_batch_s, 4),
+            "images_per_s": round(self.images_per_s, 1),
+            "stages": {k: v.to_dict() for k, v in self.stages.items()},
+            "requests": self.requests,
+        }
+
+
+def _minus(after: dict[str, StageTotals], before: dict[str, StageTotals]) -> dict[str, StageTotals]:
+    empty = StageTotals()
+    out = {}
+    for name, a in after.items():
+        b = before.get(name, empty)
+        out[name] = StageTotals(
+            a.seconds - b.seconds, a.calls - b.calls, a.items - b.items, a.bytes - b.bytes
+        )
+    return {k: v for k, v in out.items() if v.calls}
+
+
+def _simulate_step(step_s: float, step: str) -> None:
+    if step_s <= 0:
+        return
+    if step == "sleep":
+        time.sleep(step_s)
+        return
+    end = time.perf_counter() + step_s
+    while time.perf_counter() < end:
+        pass
+
+
+def _union_s(events: Sequence[TraceEvent], start: float, end: float) -> float:
+    """Time within [start, end] covered by at least one of ``events``."""
+    spans = sorted(
+        (max(e.start_s, start), min(e.start_s + e.seconds, end))
+        for e in events
+        if e.start_s < end and e.start_s + e.seconds > start
+    )
+    covered = 0.0
+    reach = start
+    for lo, hi in spans:
+        if hi > reach:
+            covered += hi - max(lo, reach)
+            reach = hi
+    return covered
+
+
+def diagnose(
+    loader: Loader,
+    *,
+    step_s: float,
+    max_batches: int | None = None,
+    seconds: float | None = None,
+    warmup_batches: int = 1,
+    step: Literal["sleep", "spin"] = "sleep",
+    max_events: int = 100_000,
+) -> Diagnosis:
+    """Run ``loader`` against a simulated training step and say what limits it.
+
+    Runs one epoch, or, with ``max_batches`` or ``seconds``, until either is reached
+    (starting further epochs as needed). The first ``warmup_batches`` (opening
+    connections, filling the prefetch queue) are left out of the measurement.
+
+    Args:
+        loader: The loader to examine; it keeps a timeline from now on (``Loader.trace``).
+        step_s: Simulated training step per batch, in seconds.
+        max_batches: Measure at most this many batches.
+        seconds: Measure for about this long.
+        warmup_batches: Batches before the measured window.
+        step: ``"sleep"`` frees the core during the step, as waiting on an accelerator
+            does; ``"spin"`` keeps one core busy, as a model trained on the CPU does.
+        max_events: Length of the timeline kept.
+
+    Raises:
+        ValueError: Bad arguments, or the epoch has no batch after the warm-up.
+    """
+    if step_s < 0 or not math.isfinite(step_s):
+        raise ValueError(f"step_s must be a finite number >= 0, got {step_s}")
+    if warmup_batches < 0 or (max_batches is not None and max_batches < 1):
+        raise ValueError("warmup_batches must be >= 0 and max_batches >= 1")
+    if step not in ("sleep", "spin"):
+        raise ValueError(f"step must be 'sleep' or 'spin', got {step!r}")
+    loader.trace(max_events=max_events)
+    origin = time.perf_counter()
+    first_batch_s = -1.0
+    window_start = origin
+    before = loader.stats() if warmup_batches == 0 else None
+    cpu_before = time.process_time()
+    seen = measured = samples = 0
+    wait_s = step_total_s = 0.0
+    open_ended = max_batches is None and seconds is None
+    stopped = False
+    while not stopped:
+        iterator = iter(loader)
+        delivered = 0
+        while True:
+            asked = time.perf_counter()
+            batch = next(iterator, None)
+            arrived = time.perf_counter()
+            if batch is None:
+                break
+            delivered += 1
+            seen += 1
+            if first_batch_s < 0:
+                first_batch_s = arrived - origin
+            if seen > warmup_batches:
+                measured += 1
+                samples += len(batch["label"])
+                wait_s += arrived - asked
+            elif seen == warmup_batches:
+                window_start = arrived
+                before = loader.stats()
+                cpu_before = time.process_time()
+            _simulate_step(step_s, step)
+            if before is not None:
+                step_total_s += time.perf_counter() - arrived
+            if (max_batches is not None and measured >= max_batches) or (
+                seconds is not None and time.perf_counter() - window_start >= seconds
+            ):
+                stopped = True
+                break
+        if not stopped and (open_ended or delivered == 0):
+            break
+        if not stopped:
+            loader.set_epoch(loader.epoch + 1)
+    window_end = time.perf_counter()
+    cpu_s = time.process_time() - cpu_before
+    after = loader.stats()
+    events = tuple(loader.events())
+    if isinstance(iterator, Generator):
+        iterator.close()  # stop fetching ahead for batches nobody will take
+    if measured == 0 or before is None:
+        raise ValueError(
+            f"{loader.dataset.url}: no batches after the {warmup_batches} warm-up batches; "
+            "use a smaller batch size or fewer warm-up batches"
+        )
+    window = window_end - window_start
+    stages = _minus(after.stages, before.stages)
+    requests = {
+        k: v - before.requests.get(k, 0)
+        for k, v in after.requests.items()
+        if v - before.requests.get(k, 0)
+    }
+    return _conclude(
+        loader,
+        _Measured(
+            step_s=step_s,
+            step=step,
+            wait_s=wait_s,
+            step_total_s=step_total_s,
+            window_s=window,
+            cpu_s=cpu_s,
+            stages=stages,
+            requests=requests,
+            batches=measured,
+            samples=samples,
+            first_batch_s=max(first_batch_s, 0.0),
+            origin_s=origin,
+            window_start_s=window_start,
+            events=events,
+        ),
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Measured:
+    step_s: float
+    step: str
+    wait_s: float
+    step_total_s: float
+    window_s: float
+    cpu_s: float
+    stages: dict[str, StageTotals]
+    requests: dict[str, int]
+    batches: int
+    samples: int
+    first_batch_s: float
+    origin_s: float
+    window_start_s: float
+    events: tuple[TraceEvent, ...]
+
+
+def _conclude(loader: Loader, m: _Measured) -> Diagnosis:
+    def seconds(stage: str) -> float:
+        return m.stages.get(stage, StageTotals()).seconds
+
+    consumer = m.wait_s + m.step_total_s
+    share = m.wait_s / consumer if consumer > 0 else 0.0
+    decode_s, transform_s = seconds("decode"), seconds("transform")
+    transform_part = transform_s / (decode_s + transform_s) if decode_s + transform_s else 0.0
+    waits: dict[Bottleneck, float] = {
+        "store": seconds("wait.fetch"),
+        "decode": seconds("wait.decode") * (1 - transform_part),
+        "transform": seconds("wait.decode") * transform_part,
+        "collate": seconds("collate"),
+    }
+    known = sum(waits.values())
+    total_wait = max(m.wait_s, known)
+    wait_shares: dict[str, float] = {
+        k: v / total_wait if total_wait else 0.0 for k, v in waits.items()
+    }
+    wait_shares["other"] = max(0.0, 1.0 - sum(wait_shares.values()))
+    window = max(m.window_s, 1e-9)
+    end = m.window_start_s + m.window_s
+    fetches = [e for e in m.events if e.stage == "fetch"]
+    in_flight = sum(
+        min(e.start_s + e.seconds, end) - max(e.start_s, m.window_start_s)
+        for e in fetches
+        if e.start_s < end and e.start_s + e.seconds > m.window_start_s
+    )
+    cores = os.cpu_count() or 1
+    step_cpu = m.step_total_s if m.step == "spin" else 0.0
+    load = {
+        "store": _union_s(fetches, m.window_start_s, end) / window,
+        "requests_in_flight": in_flight / window,
+        "decode_threads": (decode_s + transform_s) / (loader.num_threads * window),
+        "cpu": max(0.0, m.cpu_s - step_cpu) / (cores * window),
+        "machine": os.getloadavg()[0] / cores,
+    }
+    bottleneck: Bottleneck
+    if share < INPUT_BOUND_SHARE:
+        bottleneck = "consumer"
+        verdict = "compute-bound"
+    else:
+        bottleneck = max(waits, key=lambda k: waits[k])
+        verdict = f"input-bound: {bottleneck}"
+    diagnosis = Diagnosis(
+        url=loader.dataset.url,
+        verdict=verdict,
+        bottleneck=bottleneck,
+        dominant_stage=STAGE_OF[bottleneck],
+        input_bound_share=share,
+        wait_shares=wait_shares,
+        load=load,
+        advice=[],
+        step_s=m.step_s,
+        batch_size=loader.batch_size,
+        num_threads=loader.num_threads,
+        prefetch=loader.prefetch,
+        batches=m.batches,
+        samples=m.samples,
+        seconds=m.window_s,
+        first_batch_s=m.first_batch_s,
+        stages=m.stages,
+        requests=m.requests,
+        origin_s=m.origin_s,
+        window_start_s=m.window_start_s,
+        events=m.events,
+    )
+    return replace(diagnosis, advice=advise(diagnosis, loader))

@@ -1,0 +1,83 @@
+"""stoker doctor and stoker bench --compare, through click's CliRunner."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from PIL import Image
+
+from stoker.cli.main import cli
+from stoker.pack.packer import PackConfig, pack
+from stoker.storage.transfer import upload
+from stoker.testing.images import write_image_folder
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> str:
+    root = tmp_path_factory.mktemp("doctor-cli")
+    write_image_folder(root / "src", files=48, classes=3, width=64, height=48)
+    pack(root / "src", root / "ds", config=PackConfig(samples_per_shard=16))
+    return str(root / "ds")
+
+
+def test_doctor_names_a_slow_step_and_writes_its_files(dataset: str, tmp_path: Path) -> None:
+    png, trace = tmp_path / "report.png", tmp_path / "trace.json"
+    args = ["doctor", dataset, "--step-ms", "60", "--batch-size", "8", "--batches", "4"]
+    args += ["--size", "32", "--out", str(png), "--trace", str(trace), "--json"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["verdict"] == "compute-bound"
+    assert report["batches"] == 4
+    assert report["png"] == str(png)
+    with Image.open(png) as image:
+        assert image.format == "PNG"
+    assert json.loads(trace.read_text(encoding="utf-8"))["displayTimeUnit"] == "ms"
+
+
+def test_doctor_prints_a_report(dataset: str, tmp_path: Path) -> None:
+    args = ["doctor", dataset, "--step-ms", "0", "--batch-size", "8", "--batches", "3"]
+    result = CliRunner().invoke(cli, [*args, "--size", "32", "--out", str(tmp_path / "d.png")])
+    assert result.exit_code == 0, result.output
+    assert "What to do:" in result.output
+    assert "INPUT-BOUND" in result.output or "COMPUTE-BOUND" in result.output
+    assert f"Wrote {tmp_path / 'd.png'}." in result.output
+
+
+def test_doctor_reports_a_missing_dataset(tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli, ["doctor", str(tmp_path / "nothing")])
+    assert result.exit_code == 1
+    assert result.output.startswith("stoker: error:")
+
+
+def test_bench_compare(s3_bucket: Any, tmp_path: Path) -> None:
+    write_image_folder(tmp_path / "src", files=20, classes=2, width=64, height=48)
+    upload(tmp_path / "src", s3_bucket.store("photos"))
+    options = s3_bucket.options()
+    env = {
+        "AWS_ENDPOINT_URL": options["endpoint_url"],
+        "AWS_ACCESS_KEY_ID": options["access_key_id"],
+        "AWS_SECRET_ACCESS_KEY": options["secret_access_key"],
+        "AWS_REGION": "us-east-1",
+    }
+    png = tmp_path / "compare.png"
+    args = ["bench", "--compare", f"{s3_bucket.url}/photos", "--batch-size", "8"]
+    args += ["--size", "32", "--threads", "2", "--out", str(png)]
+    result = CliRunner(env=env).invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    for method in ("(a)", "(b)", "(c)", "(d)"):
+        assert method in result.output
+    assert f"Wrote {png}." in result.output
+    with Image.open(png) as image:
+        assert image.format == "PNG"
+    assert list(s3_bucket.store("photos-stoker-compare").list()) == []
+
+
+def test_bench_compare_refuses_loader_options(tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli, ["bench", "--compare", str(tmp_path), "--batches", "2"])
+    assert result.exit_code == 2
+    assert "--compare takes no" in result.output
