@@ -27,7 +27,7 @@ import jax
 import numpy as np
 
 from stoker.format.reader import ShardDataset
-from stoker.pipeline.loader import Loader, LoaderStats
+from stoker.pipeline.loader import Loader
 
 
 def detect_world() -> tuple[int, int]:
@@ -100,6 +100,10 @@ class JaxLoader:
         **loader_options: Passed to :class:`stoker.Loader` (``transform``, ``shuffle``,
             ``seed``, ``storage_options``, ...). ``rank`` and ``world_size`` default to
             :func:`detect_world`; pass them when processes share data (replicas).
+
+    Attributes:
+        loader: The :class:`stoker.Loader` making the batches (``loader.stats()``, ...).
+        sharding: Where batches go.
     """
 
     def __init__(
@@ -135,10 +139,6 @@ class JaxLoader:
         :meth:`stoker.Loader.load_state_dict`)."""
         self._state = None
         self.loader.load_state_dict(state)
-
-    def stats(self) -> LoaderStats:
-        """The loader's counters (see :meth:`stoker.Loader.stats`)."""
-        return self.loader.stats()
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         upcoming: tuple[dict[str, Any], dict[str, Any]] | None = None
