@@ -61,6 +61,16 @@ from stoker.storage.open import engine_for
 logger = logging.getLogger(__name__)
 
 
+def _chunks_covering(chunks: list[np.ndarray], ids: np.ndarray) -> int:
+    """How many leading chunks hold all of ``ids``."""
+    wanted = {int(i) for i in ids}
+    for count, chunk in enumerate(chunks, 1):
+        wanted.difference_update(int(i) for i in chunk)
+        if not wanted:
+            return count
+    return len(chunks)
+
+
 def _merged(snapshots: Iterable[dict[str, int]]) -> dict[str, int]:
     total: Counter[str] = Counter()
     for snapshot in snapshots:
@@ -462,11 +472,22 @@ class Loader:
         uses = Counter(int(i) for b in mine for i in batches[b])
         decodes: deque[tuple[int, _PendingBatch]] = deque()
 
+        # Until the first batch is out, fetch only the chunks it needs: requests in flight
+        # share the link, so fetching further ahead would only delay it.
+        first_need = _chunks_covering(chunks, batches[mine[0]]) if mine else 0
+        delivering = False
+
         def top_up_fetches() -> None:
             nonlocal next_chunk
-            while next_chunk < len(chunks) and len(fetches) < self.prefetch:
+            limit = self.prefetch if delivering else max(1, first_need)
+            while next_chunk < len(chunks) and len(fetches) < limit:
                 fetches.append(engine.submit(self._fetch(chunks[next_chunk])))
                 next_chunk += 1
+
+        def missing(ids: np.ndarray) -> bool:
+            while fetches and fetches[0].done():
+                fetched.update(fetches.popleft().result())
+            return any(int(i) not in fetched for i in ids)
 
         pending = deque(mine)
         resumed = time.perf_counter()
@@ -474,12 +495,16 @@ class Loader:
             while pending and len(decodes) < self._decode_depth:
                 number = pending[0]
                 ids = batches[number]
-                while any(int(i) not in fetched for i in ids):
-                    top_up_fetches()
-                    if not fetches:
-                        raise RuntimeError("internal error: batch samples were never fetched")
-                    with self.stages.time("wait.fetch"):
-                        fetched.update(fetches.popleft().result())
+                top_up_fetches()
+                if missing(ids):
+                    if decodes:
+                        break  # a batch is decoding: deliver it rather than wait here
+                    while missing(ids):
+                        top_up_fetches()
+                        if not fetches:
+                            raise RuntimeError("internal error: batch samples were never fetched")
+                        with self.stages.time("wait.fetch"):
+                            fetched.update(fetches.popleft().result())
                 top_up_fetches()
                 raw = [fetched[int(i)] for i in ids]
                 for i in ids:
@@ -499,6 +524,7 @@ class Loader:
             )
             self._maybe_log(now)
             self._retune(now)
+            delivering = True
             yield batch
             resumed = time.perf_counter()
             self.stages.record("consumer.step", resumed - now, start_s=now, lane="consumer")
