@@ -163,11 +163,12 @@ def run_demo(
         seconds = time.perf_counter() - started
         say("")
         say(
-            f"Streaming the packed shards reached its first batch "
-            f"{rows['(a)'].first_batch_s / max(rows['(d)'].first_batch_s, 1e-9):.0f}x sooner "
-            f"than downloading one by one. Total demo time {seconds:.1f} s. Open "
-            f"{out / 'trace.json'} in ui.perfetto.dev to see every stage on every thread."
+            f"Packed, the {files} images stream with {rows['(d)'].requests_per_epoch:,} GETs per "
+            f"epoch instead of {rows['(c)'].requests_per_epoch:,} (one per file), and the first "
+            f"batch comes {rows['(a)'].first_batch_s / max(rows['(d)'].first_batch_s, 1e-9):.0f}x "
+            f"sooner than after a one-by-one download. Total demo time {seconds:.1f} s."
         )
+        say(f"Open {out / 'trace.json'} in ui.perfetto.dev to see every stage on every thread.")
         return {
             "files": files,
             "bytes": total,

@@ -48,6 +48,9 @@ def test_compare_times_four_methods(photos: str, s3_bucket: Any, tmp_path: Path)
     assert a.estimated
     assert not b.estimated
     assert c.setup_s == 0
+    assert c.requests_per_epoch == 24  # one GET per sample, every epoch
+    assert 0 < d.requests_per_epoch < 24  # ranged GETs over shards
+    assert a.requests_per_epoch == b.requests_per_epoch == 0  # from local disk
     assert d.setup_s > 0  # the pack
     assert lines
     assert "(d)" in "\n".join(lines)

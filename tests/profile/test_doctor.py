@@ -111,6 +111,14 @@ def test_slow_consumer(small: Path) -> None:
     assert diagnosis.advice[0].startswith("Nothing to change")
 
 
+def test_bad_arguments_and_empty_windows_are_refused(small: Path) -> None:
+    with Loader(str(small / "ds"), batch_size=32) as loader:
+        with pytest.raises(ValueError, match="step_s"):
+            diagnose(loader, step_s=-1)
+        with pytest.raises(ValueError, match="no batches after the 5 warm-up batches"):
+            diagnose(loader, step_s=0, warmup_batches=5)  # one epoch: 3 batches
+
+
 @pytest.fixture(scope="module")
 def traced(small: Path) -> Diagnosis:
     with Loader(

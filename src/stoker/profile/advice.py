@@ -70,13 +70,16 @@ def advise(diagnosis: Diagnosis, loader: Loader) -> list[str]:
             f"The process keeps {100 * load['cpu']:.0f}% of {cores} cores busy: more threads "
             "will not help; more cores per accelerator, or less work per image, will."
         )
-    busy_s = load["decode_threads"] * loader.num_threads  # thread-seconds per second
+    busy_s = load["decode_busy"]  # thread-seconds per second
     on_cpu = load["cpu"] * cores / busy_s if busy_s > 0 else 1.0
-    if load["decode_threads"] > 0.5 and on_cpu < 0.6:
-        advice.append(
-            f"The decoders ran on a core only {100 * on_cpu:.0f}% of the time they were busy "
-            f"(machine load {load['machine']:.1f} per core): other processes hold the "
-            "cores. Give the job its own cores (or fewer neighbours) before tuning stoker."
+    if load["decode_threads"] > 0.5 and on_cpu < 0.6 and load["cpu"] < 0.6:
+        # Busy threads, idle process: the cores (or the GIL) are held elsewhere.
+        advice.insert(
+            1,
+            f"The decoders ran on a core only {100 * on_cpu:.0f}% of the time they were busy, "
+            f"and the process used {100 * load['cpu']:.0f}% of the cores (machine load "
+            f"{load['machine']:.1f} per core): other processes hold them. Give the job its "
+            "own cores before tuning stoker.",
         )
     if isinstance(loader.transform, PlannedTransform):
         advice.append(
@@ -153,7 +156,8 @@ def format_diagnosis(diagnosis: Diagnosis) -> str:
         + ", ".join(f"{k} {100 * v:.0f}%" for k, v in d.wait_shares.items() if v >= 0.005),
         f"  Load: requests in flight {100 * d.load['store']:.0f}% of the time "
         f"({d.load['requests_in_flight']:.1f} read groups on average, {d.prefetch} allowed); "
-        f"decode threads {100 * d.load['decode_threads']:.0f}% busy ({d.num_threads}); "
+        f"decode threads: {d.load['decode_busy']:.1f} busy on average ({d.num_threads} at the "
+        "end); "
         f"CPU {100 * d.load['cpu']:.0f}% (machine load {d.load['machine']:.1f} per core).",
         "",
         f"  {'stage':<15}{'seconds':>9}{'calls':>8}{'items':>9}{'bytes':>11}",

@@ -87,6 +87,7 @@ class CompareRow:
         first_batch_s: From the method's start (setup included) to its first batch.
         epoch_s: One epoch of batches after the setup.
         images: Samples in the epoch.
+        requests_per_epoch: GET requests an epoch makes to the store (none from local disk).
         estimated: The setup time was scaled from a part of the files.
     """
 
@@ -95,6 +96,7 @@ class CompareRow:
     first_batch_s: float
     epoch_s: float
     images: int
+    requests_per_epoch: int = 0
     estimated: bool = False
 
     @property
@@ -116,6 +118,7 @@ class CompareRow:
             "epoch_s": round(self.epoch_s, 3),
             "total_s": round(self.total_s, 3),
             "images": self.images,
+            "requests_per_epoch": self.requests_per_epoch,
             "images_per_s": round(self.images_per_s, 1),
             "estimated": self.estimated,
         }
@@ -162,13 +165,14 @@ def format_comparison(comparison: Comparison) -> str:
         f"{comparison.files:,} files ({comparison.bytes / 1e6:,.1f} MB) from {comparison.url}, "
         f"batches of {comparison.batch_size}, {comparison.threads} decode threads:",
         "",
-        f"  {'method':<40}{'setup s':>9}{'first batch s':>15}{'epoch s':>9}{'images/s':>10}",
+        f"  {'method':<40}{'setup s':>9}{'first batch s':>15}{'epoch s':>9}{'images/s':>10}"
+        f"{'GETs/epoch':>12}",
     ]
     for r in comparison.rows:
         setup = f"{r.setup_s:.2f}" + ("*" if r.estimated else "")
         lines.append(
             f"  {r.method:<40}{setup:>9}{r.first_batch_s:>15.2f}{r.epoch_s:>9.2f}"
-            f"{r.images_per_s:>10,.0f}"
+            f"{r.images_per_s:>10,.0f}{r.requests_per_epoch:>12,}"
         )
     if any(r.estimated for r in comparison.rows):
         lines.append("  * scaled from the first files downloaded one by one")
@@ -315,6 +319,7 @@ def _run_methods(
             images=len(keys),
         ),
     ]
+    gets_before = store.counters.get("requests.get")
     first, epoch = timed_epoch(
         lambda i: store.get(keys[i]), len(keys), workers=config.stream_workers, **epoch_options
     )
@@ -326,6 +331,7 @@ def _run_methods(
             first_batch_s=first,
             epoch_s=epoch,
             images=len(keys),
+            requests_per_epoch=store.counters.get("requests.get") - gets_before,
         )
     )
     rows.append(
@@ -364,11 +370,13 @@ def _pack_and_stream(
     ) as loader:
         first = 0.0
         images = 0
+        gets_before = loader.stats().requests.get("requests.get", 0)  # after the index
         for batch in loader:
             if not first:
                 first = time.perf_counter() - started
             images += len(batch["label"])
         epoch = time.perf_counter() - started
+        gets = loader.stats().requests.get("requests.get", 0) - gets_before
     say(f"    stoker Loader epoch: {epoch:.1f} s")
     return CompareRow(
         method="(d) pack, then stream the shards",
@@ -376,4 +384,5 @@ def _pack_and_stream(
         first_batch_s=pack_s + first,
         epoch_s=epoch,
         images=images,
+        requests_per_epoch=gets,
     )

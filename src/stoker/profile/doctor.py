@@ -59,10 +59,11 @@ class Diagnosis:
             ``collate`` and ``other`` (bookkeeping), summing to 1.
         load: How busy each resource was over the measured window: ``store`` (share of
             the time at least one request was in flight), ``requests_in_flight`` (read
-            groups in flight on average), ``decode_threads`` (decode thread time per thread
-            and second), ``cpu`` (this process's CPU time per core and second) and
-            ``machine`` (the system's one-minute load average per core: above 1, other
-            processes compete for the cores).
+            groups in flight on average), ``decode_busy`` (decode threads busy on average),
+            ``decode_threads`` (that as a share of the loader's threads, at most 1),
+            ``cpu`` (this process's CPU time per core and second) and ``machine`` (the
+            system's one-minute load average per core: above 1, other processes compete
+            for the cores).
         advice: What to change, most useful first.
         step_s: The simulated step.
         batch_size: Samples per batch.
@@ -337,7 +338,9 @@ def _conclude(loader: Loader, m: _Measured) -> Diagnosis:
     load = {
         "store": _union_s(fetches, m.window_start_s, end) / window,
         "requests_in_flight": in_flight / window,
-        "decode_threads": (decode_s + transform_s) / (loader.num_threads * window),
+        "decode_busy": (decode_s + transform_s) / window,
+        # Autotune may change the thread count while measuring: share of the final count.
+        "decode_threads": min(1.0, (decode_s + transform_s) / (loader.num_threads * window)),
         "cpu": max(0.0, m.cpu_s - step_cpu) / (cores * window),
         "machine": os.getloadavg()[0] / cores,
     }

@@ -281,7 +281,7 @@ def render_comparison(comparison: Comparison, *, width: int = 1200) -> Image.Ima
         draw.text(
             (left + 4, y + bar_h + 2),
             f"first batch {r.first_batch_s:.1f} s, epoch {r.epoch_s:.1f} s, "
-            f"{r.images_per_s:,.0f} images/s",
+            f"{r.images_per_s:,.0f} images/s, {r.requests_per_epoch:,} GETs per epoch",
             fill=(90, 90, 90),
             font=_font(11),
         )
