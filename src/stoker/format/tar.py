@@ -139,6 +139,22 @@ def pax_records(raw: bytes) -> dict[str, bytes]:
     return records
 
 
+def global_pax_records(raw: bytes) -> dict[str, bytes]:
+    """The records of a pax global (``g``) header, which apply to every later member.
+
+    Records that change how a member is read (its path or size) are refused: a sample's span
+    is read on its own, without the headers before it, so it must mean the same alone.
+
+    Raises:
+        ValueError: A malformed record, or one that sets ``path`` or ``size``.
+    """
+    records = pax_records(raw)
+    for key in ("path", "size"):
+        if records.get(key):
+            raise ValueError(f"a global pax header sets {key!r} for every later member")
+    return records
+
+
 def pax_size(value: bytes) -> int:
     """A pax ``size`` record's value.
 
@@ -246,7 +262,8 @@ def parse_members(span: bytes | memoryview, *, where: str) -> dict[str, bytes]:
             extended_at = header_at if extended_at is None else extended_at
             try:
                 if kind == b"g":
-                    global_pax = {k: v for k, v in {**global_pax, **pax_records(data)}.items() if v}
+                    records = global_pax_records(data)
+                    global_pax = {k: v for k, v in {**global_pax, **records}.items() if v}
                 elif kind == b"x":
                     pax.update(pax_records(data))
                 elif kind == b"L":

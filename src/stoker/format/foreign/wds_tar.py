@@ -31,6 +31,7 @@ from stoker.format.tar import (
     REFUSED_TYPES,
     REGULAR_TYPES,
     check_header,
+    global_pax_records,
     header_number,
     member_name,
     padded,
@@ -126,7 +127,7 @@ def scan_tar(data: bytes | memoryview, *, name: str) -> list[TarSample]:
             raw = bytes(view[data_offset : data_offset + size])
             try:
                 if typeflag == b"g":
-                    records = pax_records(raw)
+                    records = global_pax_records(raw)
                     global_pax = {k: v for k, v in {**global_pax, **records}.items() if v}
                 elif typeflag == b"x":
                     pending_pax.update(pax_records(raw))
