@@ -71,3 +71,18 @@ def test_bad_bytes_and_bombs_are_refused() -> None:
         decode_full(b"not an image at all")
     with pytest.raises(ValueError, match="max_pixels"):
         decode_planned(BIG, CenterCrop(10), random.Random(0), max_pixels=1000)
+
+
+def test_every_decode_failure_is_a_value_error_saying_so() -> None:
+    png = io.BytesIO()
+    Image.fromarray(RNG.integers(0, 255, (20, 30, 3), dtype=np.uint8)).save(png, "PNG")
+    cases = {
+        "cannot decode JPEG": [BIG[: len(BIG) // 3], b"\xff\xd8\xff" + bytes(100)],
+        "cannot decode image": [png.getvalue()[:60], b"GIF89a" + bytes(4), b"\x00" * 50],
+    }
+    for message, broken in cases.items():
+        for data in broken:
+            with pytest.raises(ValueError, match=message):
+                decode_full(data)
+            with pytest.raises(ValueError, match=message):
+                decode_planned(data, CenterCrop(8), random.Random(0))

@@ -28,7 +28,10 @@ _PILLOW_ERRORS = (
     ZeroDivisionError,
     struct.error,
     Image.DecompressionBombError,
+    # Pillow reports corrupt metadata with warnings; raised as errors (-W error) they mean
+    # the same, and must not escape as anything but "cannot decode".
     Image.DecompressionBombWarning,
+    UserWarning,
 )
 
 
