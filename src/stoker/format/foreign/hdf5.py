@@ -250,8 +250,23 @@ class HDF5Reader:
         return temp
 
     def _dataset(self, h5py: ModuleType, file: Any, name: str) -> Any:
+        # Data must come from this file: an external link, a virtual dataset or external
+        # storage would make packing read other local files that the file's author chose.
+        parts = [part for part in name.split("/") if part]
+        for depth in range(1, len(parts) + 1):
+            link = file.get("/".join(parts[:depth]), getlink=True)
+            if isinstance(link, h5py.ExternalLink):
+                raise SourceError(
+                    f"{self._location}: {name!r} goes through an external link to "
+                    f"{link.filename}:{link.path}; not allowed"
+                )
         found = file.get(name)
         if isinstance(found, h5py.Dataset):
+            if found.is_virtual or found.external:
+                raise SourceError(
+                    f"{self._location}: dataset {name!r} reads other files (a virtual dataset "
+                    "or external storage); not allowed"
+                )
             return found
         datasets: list[str] = []
         file.visititems(
