@@ -159,7 +159,7 @@ def test_corrupt_header_checksum_is_refused() -> None:
 
 
 def test_not_a_tar_is_refused() -> None:
-    with pytest.raises(SourceError, match="bad header checksum .* at offset 0"):
+    with pytest.raises(SourceError, match=r"bad header checksum .* at offset 0"):
         scan_tar(b"\x89PNG" + bytes(1020), name="t.tar")
 
 
