@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import builtins
 import json
-import resource
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import obstore
@@ -149,7 +149,12 @@ class _GeneratedBucket:
 
 
 def _peak_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    # VmHWM, the peak RSS of this process's address space. Not getrusage's ru_maxrss: it
+    # starts at the parent's RSS (execve keeps the high-water mark), which would hide growth.
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024  # kB
+    raise SystemExit("no VmHWM in /proc/self/status (this test needs Linux)")
 
 
 def _simulate_listing(objects: int) -> None:

@@ -7,7 +7,8 @@ import pytest
 
 from stoker.errors import CredentialsError, EndpointError, ObjectNotFoundError
 from stoker.storage import open_store
-from stoker.testing.netproxy import FaultConfig, NetProxy
+from stoker.storage.transfer import upload
+from stoker.testing.netproxy import FAULT_KINDS, FaultConfig, NetProxy
 from stoker.testing.seaweed import SECRET_KEY, free_ports
 
 FAST_RETRY = {"base_delay_s": 0.001, "max_delay_s": 0.01}
@@ -119,3 +120,20 @@ def test_a_stalled_request_times_out_with_a_clear_error(s3_bucket, proxy: NetPro
     with pytest.raises(EndpointError, match=r"slow: no complete response .* timeout_s=0\.3"):
         store.get("slow")
     assert store.counters.get("errors.timeout") == 2
+
+
+def test_a_long_listing_survives_faults_on_its_pages(s3_bucket, proxy, tmp_path) -> None:
+    """Every page of a 3-page listing may fail (any kind): a failed page is asked again
+    from the last key delivered, so each key comes exactly once, in order."""
+    (tmp_path / "src").mkdir()
+    names = [f"k{i:05d}" for i in range(2300)]
+    for name in names:
+        (tmp_path / "src" / name).write_bytes(b"")
+    upload(tmp_path / "src", s3_bucket.store("many"))
+    proxy.set_faults(
+        FaultConfig(fault_rate=0.5, kinds=FAULT_KINDS, seed=2, fault_paths="list-type=2")
+    )
+    store = s3_bucket.store("many", endpoint=proxy.endpoint, retry=FAST_RETRY, timeout_s=0.5)
+    assert [m.key for m in store.list()] == names
+    assert proxy.stats().faulted > 0
+    assert store.counters.get("retries") == proxy.stats().faulted
