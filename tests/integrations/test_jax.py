@@ -1,17 +1,23 @@
-"""The JAX adapter: sharded jax.Arrays equal to the numpy loader's, process shares, resume."""
+"""The JAX adapter: sharded jax.Arrays equal to the numpy loader's, process shares, resume.
+
+JAX runs in child processes (this file, run as a script) that save what they saw; the
+tests compare it with the numpy loader here. Once JAX has started its runtime in a process
+it warns on every later ``os.fork()``, which the test process does (Ray, DataLoader
+workers) with warnings turned into errors.
+"""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
-import jax
 import numpy as np
 import pytest
 
-from stoker.integrations.jax import JaxLoader, batch_sharding, detect_world, to_arrays
 from stoker.pack.packer import PackConfig, pack
 from stoker.pipeline.loader import Loader
 from stoker.pipeline.order import OrderConfig
@@ -19,144 +25,225 @@ from stoker.pipeline.transforms import RandomResizedCrop
 from stoker.testing.images import write_image_folder
 from stoker.testing.seaweed import free_ports
 
-# Two CPU devices in this process, so that batches really are split (before JAX starts).
-jax.config.update("jax_num_cpu_devices", 2)
-
 ORDER = OrderConfig(block_size=4, group_blocks=2)
 OPTIONS = {"order": ORDER, "transform": RandomResizedCrop(12), "seed": 3}
 SAMPLES = 90
 
 
+# -- the children: everything that needs JAX ----------------------------------------------
+
+
+def child_one_process(url: str, out: Path) -> None:
+    """One process with two CPU devices."""
+    import jax
+
+    jax.config.update("jax_num_cpu_devices", 2)  # before JAX starts
+    from stoker.integrations.jax import JaxLoader, batch_sharding, detect_world, to_arrays
+
+    facts: dict[str, Any] = {"devices": jax.device_count()}
+    saved: dict[str, Any] = {}
+
+    loader = JaxLoader(url, batch_size=10, **OPTIONS)
+    facts["default_is_batch_sharding"] = loader.sharding == batch_sharding()
+    facts["default_spec"] = list(getattr(loader.sharding, "spec", []))
+    facts["epochs"] = []
+    for epoch in range(2):
+        loader.set_epoch(epoch)
+        batches = list(loader)
+        facts["epochs"].append(
+            {
+                "length": len(loader),
+                "keys": [b["key"] for b in batches],
+                "placement": [
+                    {
+                        name: {
+                            "jax_array": isinstance(b[name], jax.Array),
+                            "sharding_is_loaders": b[name].sharding == loader.sharding,
+                            "row_starts": sorted(
+                                s.index[0].start or 0 for s in b[name].addressable_shards
+                            ),
+                        }
+                        for name in ("image", "label", "index")
+                    }
+                    for b in batches
+                ],
+            }
+        )
+        for name in ("image", "label", "index"):
+            saved[f"epoch{epoch}_{name}"] = np.stack([np.asarray(b[name]) for b in batches])
+
+    device = jax.devices()[1]
+    sharding = jax.sharding.SingleDeviceSharding(device)
+    with JaxLoader(url, batch_size=8, sharding=sharding, **OPTIONS) as given:
+        batch = next(iter(given))
+    facts["given"] = {
+        "devices": sorted({str(d) for n in ("image", "label") for d in batch[n].devices()}),
+        "device": str(device),
+        "shape": list(batch["image"].shape),
+        "one_device_default": batch_sharding([device]) == sharding,
+    }
+    try:
+        to_arrays({"image": [np.zeros((2, 2, 3))]}, sharding)
+    except ValueError as exc:
+        facts["list_of_images"] = str(exc)
+
+    facts["detected"] = detect_world()
+    real = jax.process_index, jax.process_count
+    jax.process_index, jax.process_count = (lambda: 1), (lambda: 3)  # a simulated process
+    try:
+        facts["simulated"] = detect_world()
+        simulated = JaxLoader(url, batch_size=4, **OPTIONS).loader
+        facts["simulated_world"] = [simulated.rank, simulated.world_size]
+    finally:
+        jax.process_index, jax.process_count = real
+    for rank in range(2):
+        share = JaxLoader(url, batch_size=4, rank=rank, world_size=2, **OPTIONS)
+        saved[f"share{rank}"] = np.stack([np.asarray(b["index"]) for b in share])
+
+    full = JaxLoader(url, batch_size=6, **OPTIONS)
+    saved["full"] = np.stack([np.asarray(b["index"]) for b in full])
+    first = JaxLoader(url, batch_size=6, **OPTIONS)
+    stream = iter(first)
+    head = [np.asarray(next(stream)["index"]) for _ in range(3)]
+    facts["state"] = first.state_dict()
+    second = JaxLoader(url, batch_size=6, **OPTIONS)
+    second.load_state_dict(facts["state"])
+    saved["resumed"] = np.stack(head + [np.asarray(b["index"]) for b in second])
+
+    np.savez(out / "one.npz", **saved)
+    (out / "one.json").write_text(json.dumps(facts))
+
+
+def child_of_two(url: str, out: Path, port: int, process: int) -> None:
+    """Process ``process`` of two (CPU, gloo collectives), two devices each."""
+    import jax
+    from jax.experimental import multihost_utils
+
+    jax.config.update("jax_num_cpu_devices", 2)
+    jax.distributed.initialize(f"127.0.0.1:{port}", num_processes=2, process_id=process)
+    from stoker.integrations.jax import JaxLoader
+
+    loader = JaxLoader(url, batch_size=8, **OPTIONS)
+    steps = []
+    for batch in loader:
+        total = jax.jit(lambda x: x.sum())(batch["label"])
+        index = multihost_utils.process_allgather(batch["index"], tiled=True)
+        steps.append(
+            {
+                "shape": list(batch["image"].shape),
+                "index": index.tolist(),
+                "label_sum": int(total),
+            }
+        )
+    facts = {
+        "world": [loader.loader.rank, loader.loader.world_size],
+        "devices": [jax.device_count(), jax.local_device_count()],
+        "steps": steps,
+    }
+    (out / f"process{process}.json").write_text(json.dumps(facts))
+    jax.distributed.shutdown()
+
+
+# -- the tests -----------------------------------------------------------------------------
+
+
 @pytest.fixture(scope="module")
 def dataset_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    if importlib.util.find_spec("jax") is None:  # not imported: see the module's doc
+        pytest.skip("jax is not installed (pip install -e '.[test]')")
     root = tmp_path_factory.mktemp("jax")
     write_image_folder(root / "src", files=SAMPLES, classes=5, width=24, height=20)
     pack(root / "src", root / "ds", config=PackConfig(samples_per_shard=16))
     return str(root / "ds")
 
 
-def test_batches_are_sharded_and_equal_the_numpy_loader(dataset_url: str) -> None:
-    assert jax.device_count() == 2, "JAX started before this module could ask for 2 CPUs"
-    loader = JaxLoader(dataset_url, batch_size=10, **OPTIONS)
-    reference = Loader(dataset_url, batch_size=10, drop_last=True, **OPTIONS)
-    assert loader.sharding == batch_sharding()
-    orders = []
-    for epoch in range(2):
-        loader.set_epoch(epoch)
-        reference.set_epoch(epoch)
-        got, expected = list(loader), list(reference)
-        assert len(got) == len(loader) == len(expected) == SAMPLES // 10
-        for batch, numpy_batch in zip(got, expected, strict=True):
-            for name in ("image", "label", "index"):
-                array = batch[name]
-                assert isinstance(array, jax.Array)
-                assert array.sharding == loader.sharding
-                # Each device holds half of the rows.
-                halves = sorted(s.index[0].start or 0 for s in array.addressable_shards)
-                assert halves == [0, 5]
-                assert np.array_equal(np.asarray(array), numpy_batch[name])
-            assert batch["key"] == numpy_batch["key"]
-        orders.append(np.concatenate([np.asarray(b["index"]) for b in got]))
-    assert not np.array_equal(orders[0], orders[1])
+def _spawn(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, __file__, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
-def test_a_given_sharding_places_every_array(dataset_url: str) -> None:
-    device = jax.devices()[1]
-    sharding = jax.sharding.SingleDeviceSharding(device)
-    with JaxLoader(dataset_url, batch_size=8, sharding=sharding, **OPTIONS) as loader:
-        batch = next(iter(loader))
-    assert {d for name in ("image", "label") for d in batch[name].devices()} == {device}
-    assert batch["image"].shape == (8, 12, 12, 3)
-    assert batch_sharding([device]) == sharding
-    with pytest.raises(ValueError, match="fixed output size"):
-        to_arrays({"image": [np.zeros((2, 2, 3))]}, sharding)
+def _wait(*runs: subprocess.Popen[str]) -> None:
+    for run in runs:
+        _, stderr = run.communicate(timeout=120)
+        assert run.returncode == 0, stderr[-4000:]
 
 
-def test_process_share_maps_to_loader_ranks(
-    dataset_url: str, monkeypatch: pytest.MonkeyPatch
+@pytest.fixture(scope="module")
+def one(dataset_url: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """What the one-process child saw."""
+    out = tmp_path_factory.mktemp("jax-one")
+    _wait(_spawn("one", dataset_url, str(out)))
+    with np.load(out / "one.npz") as saved:
+        arrays = dict(saved)
+    return {"facts": json.loads((out / "one.json").read_text()), **arrays}
+
+
+def test_batches_are_sharded_and_equal_the_numpy_loader(
+    dataset_url: str, one: dict[str, Any]
 ) -> None:
-    assert detect_world() == (0, 1)
-    with monkeypatch.context() as patched:
-        patched.setattr(jax, "process_index", lambda: 1)
-        patched.setattr(jax, "process_count", lambda: 3)
-        assert detect_world() == (1, 3)
-        assert JaxLoader(dataset_url, batch_size=4, **OPTIONS).loader.world.rank == 1
+    facts = one["facts"]
+    assert facts["devices"] == 2
+    assert facts["default_is_batch_sharding"]
+    assert facts["default_spec"] == ["batch"]
+    reference = Loader(dataset_url, batch_size=10, drop_last=True, **OPTIONS)
+    for epoch, seen in enumerate(facts["epochs"]):
+        reference.set_epoch(epoch)
+        expected = list(reference)
+        assert seen["length"] == len(expected) == SAMPLES // 10
+        assert seen["keys"] == [b["key"] for b in expected]
+        for placement in seen["placement"]:
+            for where in placement.values():
+                assert where["jax_array"]
+                assert where["sharding_is_loaders"]
+                assert where["row_starts"] == [0, 5]  # each device holds half of the rows
+        for name in ("image", "label", "index"):
+            assert np.array_equal(one[f"epoch{epoch}_{name}"], [b[name] for b in expected])
+    assert not np.array_equal(one["epoch0_index"], one["epoch1_index"])
+
+
+def test_a_given_sharding_places_every_array(one: dict[str, Any]) -> None:
+    given = one["facts"]["given"]
+    assert given["devices"] == [given["device"]]
+    assert given["shape"] == [8, 12, 12, 3]
+    assert given["one_device_default"]
+    assert "fixed output size" in one["facts"]["list_of_images"]
+
+
+def test_process_share_maps_to_loader_ranks(dataset_url: str, one: dict[str, Any]) -> None:
+    facts = one["facts"]
+    assert facts["detected"] == [0, 1]
+    assert facts["simulated"] == facts["simulated_world"] == [1, 3]
     seen: list[int] = []
     for rank in range(2):
-        loader = JaxLoader(dataset_url, batch_size=4, rank=rank, world_size=2, **OPTIONS)
         share = Loader(
             dataset_url, batch_size=4, rank=rank, world_size=2, drop_last=True, **OPTIONS
         )
-        got = [np.asarray(b["index"]) for b in loader]
+        got = one[f"share{rank}"]
         assert len(got) == len(share) > 0
-        for index, batch in zip(got, share, strict=True):
-            assert np.array_equal(index, batch["index"])
-        seen += [int(i) for index in got for i in index]
+        assert np.array_equal(got, [b["index"] for b in share])
+        seen += got.ravel().tolist()
     assert len(seen) == len(set(seen))
 
 
-def test_state_dict_counts_delivered_batches_not_the_prefetched_one(dataset_url: str) -> None:
-    full = [np.asarray(b["index"]) for b in JaxLoader(dataset_url, batch_size=6, **OPTIONS)]
-    first = JaxLoader(dataset_url, batch_size=6, **OPTIONS)
-    stream = iter(first)
-    head = [np.asarray(next(stream)["index"]) for _ in range(3)]
-    state = first.state_dict()
-    assert state["batches"] == 3
-    second = JaxLoader(dataset_url, batch_size=6, **OPTIONS)
-    second.load_state_dict(state)
-    tail = [np.asarray(b["index"]) for b in second]
-    assert len(head) + len(tail) == len(full)
-    for got, expected in zip(head + tail, full, strict=True):
-        assert np.array_equal(got, expected)
-
-
-# One JAX process of two (CPU, gloo collectives), two devices each: argv = port id url out.
-PROCESS = """
-import json, sys
-import jax
-from jax.experimental import multihost_utils
-port, pid, url, out = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
-jax.config.update("jax_num_cpu_devices", 2)
-jax.distributed.initialize(f"127.0.0.1:{port}", num_processes=2, process_id=pid)
-from stoker.integrations.jax import JaxLoader
-from stoker.pipeline.order import OrderConfig
-from stoker.pipeline.transforms import RandomResizedCrop
-loader = JaxLoader(url, batch_size=8, transform=RandomResizedCrop(12), seed=3,
-                   order=OrderConfig(block_size=4, group_blocks=2))
-steps = []
-for batch in loader:
-    total = jax.jit(lambda x: x.sum())(batch["label"])
-    index = multihost_utils.process_allgather(batch["index"], tiled=True)
-    steps.append({"shape": list(batch["image"].shape), "index": index.tolist(),
-                  "label_sum": int(total)})
-with open(out, "w") as f:
-    json.dump({"world": [loader.loader.rank, loader.loader.world_size],
-               "devices": [jax.device_count(), jax.local_device_count()], "steps": steps}, f)
-jax.distributed.shutdown()
-"""
+def test_state_dict_counts_delivered_batches_not_the_prefetched_one(one: dict[str, Any]) -> None:
+    assert one["facts"]["state"]["batches"] == 3
+    assert len(one["full"]) > 3
+    assert np.array_equal(one["resumed"], one["full"])
 
 
 def test_two_jax_processes_each_read_their_share(dataset_url: str, tmp_path: Path) -> None:
     (port,) = free_ports(1)
-    outs = [tmp_path / f"process{p}.json" for p in range(2)]
-    runs = [
-        subprocess.Popen(
-            [sys.executable, "-c", PROCESS, str(port), str(p), dataset_url, str(outs[p])],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for p in range(2)
-    ]
-    for run in runs:
-        _, stderr = run.communicate(timeout=120)
-        assert run.returncode == 0, stderr[-3000:]
-    results = [json.loads(out.read_text()) for out in outs]
+    _wait(*[_spawn("two", dataset_url, str(tmp_path), str(port), str(p)) for p in range(2)])
     shares = [
         list(Loader(dataset_url, batch_size=8, rank=r, world_size=2, drop_last=True, **OPTIONS))
         for r in range(2)
     ]
-    for process, result in enumerate(results):
+    for process in range(2):
+        result = json.loads((tmp_path / f"process{process}.json").read_text())
         assert result["world"] == [process, 2]
         assert result["devices"] == [4, 2]
         assert len(result["steps"]) == len(shares[0]) > 0
@@ -165,3 +252,10 @@ def test_two_jax_processes_each_read_their_share(dataset_url: str, tmp_path: Pat
             assert step["shape"] == [16, 12, 12, 3]
             assert step["index"] == [*first["index"].tolist(), *second["index"].tolist()]
             assert step["label_sum"] == int(first["label"].sum() + second["label"].sum())
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "one":
+        child_one_process(sys.argv[2], Path(sys.argv[3]))
+    else:
+        child_of_two(sys.argv[2], Path(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
