@@ -9,7 +9,13 @@ import pytest
 from PIL import Image
 
 from stoker.format.reader import open_dataset
-from stoker.profile.compare import CompareConfig, compare_methods, format_comparison, sample_refs
+from stoker.profile.compare import (
+    CompareConfig,
+    compare_methods,
+    default_pack_to,
+    format_comparison,
+    sample_refs,
+)
 from stoker.profile.plots import render_comparison
 from stoker.storage.transfer import upload
 from stoker.testing.images import write_image_folder
@@ -94,3 +100,20 @@ def test_sample_is_evenly_spaced() -> None:
     refs = list(range(100))
     assert sample_refs(refs, 4) == [0, 25, 50, 75]  # type: ignore[arg-type]
     assert sample_refs(refs[:3], 4) == [0, 1, 2]  # type: ignore[arg-type]
+
+
+def test_compare_on_a_local_folder_leaves_nothing_behind(tmp_path: Path) -> None:
+    write_image_folder(tmp_path / "photos", files=12, classes=2, width=48, height=32)
+    result = compare_methods(
+        str(tmp_path / "photos"),
+        pack_to=default_pack_to(str(tmp_path / "photos")),
+        config=CompareConfig(batch_size=4, size=16, threads=2),
+    )
+    assert [row.images for row in result.rows] == [12, 12, 12, 12]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["photos"]
+
+
+def test_default_pack_to_is_beside_the_folder() -> None:
+    assert default_pack_to("s3://bucket/train/") == "s3://bucket/train-stoker-compare"
+    with pytest.raises(ValueError, match="bucket root"):
+        default_pack_to("s3://bucket")

@@ -18,6 +18,7 @@ epoch of (a) and (b) is the same work on the same files, so it is timed once.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -187,9 +188,18 @@ def sample_refs(refs: Sequence[SampleRef], limit: int) -> list[SampleRef]:
 
 
 def _delete_all(url: str, storage_options: Mapping[str, Any] | None) -> None:
+    """Delete every object under ``url`` (and, for a local path, the emptied directories)."""
     store = open_store(url, storage_options=storage_options)
     for meta in list(store.list("")):
         store.delete(meta.key)
+    parsed = parse_url(url)
+    if parsed.scheme == "file" and Path(parsed.prefix).is_dir():
+        root = Path(parsed.prefix)
+        for directory in sorted((d for d in root.rglob("*") if d.is_dir()), reverse=True):
+            with contextlib.suppress(OSError):  # not empty: someone else's
+                directory.rmdir()
+        with contextlib.suppress(OSError):
+            root.rmdir()
 
 
 def default_pack_to(url: str) -> str:
