@@ -304,9 +304,9 @@ async def _download(
                 report.files_skipped += 1
                 sink.advance(files=1, nbytes=meta.size)
                 return
-            target.parent.mkdir(parents=True, exist_ok=True)
             partial = _partial_path(target)
             try:
+                target.parent.mkdir(parents=True, exist_ok=True)
                 # Only a single-part ETag (an MD5) is checked: a multipart one depends on a
                 # part size that the uploader chose and the listing does not say.
                 check = config.verify and meta.etag is not None and len(meta.etag) == 32
