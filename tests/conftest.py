@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+import shutil
+import subprocess
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -62,6 +65,36 @@ def proxy(s3_server: SeaweedServer) -> Iterator[NetProxy]:
         "127.0.0.1", s3_server.port, link=LinkConfig(rtt_s=0.0), faults=FaultConfig()
     ) as running:
         yield running
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path: Path) -> Iterator[Callable[[str], Path]]:
+    """Mount real tmpfs file systems of a given size ("256k", "1m"): writes past the size
+    fail with ENOSPC, as on a full disk. Needs root, as CI has; unmounted at the end."""
+    mounted: list[Path] = []
+
+    def tool(name: str) -> str:
+        found = shutil.which(name)
+        if found is None:
+            pytest.fail(f"this test needs {name!r} on PATH")
+        return found
+
+    def mount(size: str) -> Path:
+        point = tmp_path / f"tmpfs-{len(mounted)}"
+        point.mkdir()
+        done = subprocess.run(
+            [tool("mount"), "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(point)],
+            capture_output=True,
+            text=True,
+        )
+        if done.returncode != 0:
+            pytest.fail(f"this test mounts a small tmpfs and needs root: {done.stderr.strip()}")
+        mounted.append(point)
+        return point
+
+    yield mount
+    for point in mounted:
+        subprocess.run([tool("umount"), "-l", str(point)], check=True)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -140,30 +139,12 @@ def _wait_gone(pid: int) -> None:
     pytest.fail(f"worker {pid} outlived its parent by 10 s")
 
 
-def _tool(name: str) -> str:
-    found = shutil.which(name)
-    if found is None:
-        pytest.fail(f"this test needs {name!r} on PATH")
-    return found
-
-
 @pytest.fixture
-def tiny_shm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+def tiny_shm(small_tmpfs: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch) -> Path:
     """A 1 MiB tmpfs standing in for a small /dev/shm (as Docker's 64 MB default is)."""
-    mount_point = tmp_path / "shm"
-    mount_point.mkdir()
-    done = subprocess.run(
-        [_tool("mount"), "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount_point)],
-        capture_output=True,
-        text=True,
-    )
-    if done.returncode != 0:
-        pytest.fail(f"this test mounts a small tmpfs and needs root: {done.stderr.strip()}")
+    mount_point = small_tmpfs("1m")
     monkeypatch.setattr(workers, "SHM_DIR", mount_point)
-    try:
-        yield mount_point
-    finally:
-        subprocess.run([_tool("umount"), "-l", str(mount_point)], check=True)
+    return mount_point
 
 
 def test_a_small_shm_falls_back_to_pipes_with_a_message(

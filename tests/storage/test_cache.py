@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -161,34 +160,10 @@ def test_a_rewritten_object_is_never_served_stale(tmp_path: Path) -> None:
     assert bytes(CachedStore(source, cache).get_range("o", start=0, end=10)) == b"b" * 10
 
 
-def _tool(name: str) -> str:
-    found = shutil.which(name)
-    if found is None:
-        pytest.fail(f"this test needs {name!r} on PATH")
-    return found
-
-
-@pytest.fixture
-def tiny_disk(tmp_path: Path) -> Iterator[Path]:
-    """A real 256 KiB tmpfs: writes past it fail with ENOSPC (needs root, as CI has)."""
-    mount_point = tmp_path / "tiny"
-    mount_point.mkdir()
-    done = subprocess.run(
-        [_tool("mount"), "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount_point)],
-        capture_output=True,
-        text=True,
-    )
-    if done.returncode != 0:
-        pytest.fail(f"this test mounts a small tmpfs and needs root: {done.stderr.strip()}")
-    try:
-        yield mount_point
-    finally:
-        subprocess.run([_tool("umount"), "-l", str(mount_point)], check=True)
-
-
 def test_a_full_disk_turns_caching_off_with_a_warning(
-    tiny_disk: Path, caplog: pytest.LogCaptureFixture
+    small_tmpfs: Callable[[str], Path], caplog: pytest.LogCaptureFixture
 ) -> None:
+    tiny_disk = small_tmpfs("256k")
     cache = DiskCache(tiny_disk, max_bytes=1 << 30)  # the limit is not what stops it
     source = MemoryStore()
     blob = os.urandom(1 << 20)
