@@ -280,3 +280,42 @@ def test_a_corrupt_sample_raises_naming_it_or_is_skipped(tmp_path: Path, method:
     assert key not in keys
     assert [k for k, _ in stats.skipped] == [key]
     assert "CRC-32" in stats.skipped[0][1]
+
+
+def test_a_small_dataset_still_splits_over_ranks(dataset_url: str) -> None:
+    # 103 samples: the default order makes groups small enough for every rank's share.
+    shares = []
+    for rank in range(2):
+        with Loader(dataset_url, batch_size=8, rank=rank, world_size=2) as loader:
+            shares.append(_keys(loader))
+    assert len(shares[0]) == len(shares[1])
+    assert len(set(shares[0]) & set(shares[1])) <= 1  # at most the one padding repeat
+    assert set(shares[0]) | set(shares[1]) == set(open_dataset(dataset_url).index.keys)
+
+
+def test_too_few_groups_for_the_ranks_is_said(
+    dataset_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    Loader(dataset_url, batch_size=8, world_size=4, order=OrderConfig(block_size=64))
+    assert "1 read group(s) for 4 rank(s)" in caplog.text
+
+
+def test_max_pixels_refuses_large_images(dataset_url: str) -> None:
+    with (
+        Loader(
+            dataset_url, batch_size=50, transform=RandomResizedCrop(8), max_pixels=1000
+        ) as loader,
+        pytest.raises(ValueError, match="max_pixels=1000"),
+    ):
+        next(iter(loader))
+    with Loader(
+        dataset_url,
+        batch_size=50,
+        transform=RandomResizedCrop(8),
+        max_pixels=1000,
+        on_error="skip",
+    ) as loader:
+        assert _keys(loader) == []
+        assert len(loader.stats().skipped) == 103
+    with pytest.raises(ValueError, match="max_pixels must be >= 1"):
+        Loader(dataset_url, batch_size=1, max_pixels=0)

@@ -32,9 +32,11 @@ import numpy as np
 
 from stoker.core.metrics import Stages, StageTotals, TraceEvent
 from stoker.core.units import format_bytes
+from stoker.errors import StokerError
 from stoker.format.reader import ShardDataset
 from stoker.pipeline.autotune import AutotuneConfig, Autotuner, ConcurrencyLimit
 from stoker.pipeline.cache import SampleCache
+from stoker.pipeline.decode import DEFAULT_MAX_PIXELS
 from stoker.pipeline.mixing import MixConfig, SourceShare
 from stoker.pipeline.order import EpochOrder, OrderConfig, Segment, assign, consumed
 from stoker.pipeline.sources import (
@@ -59,6 +61,25 @@ from stoker.storage.cache import CachedStore
 from stoker.storage.open import engine_for
 
 logger = logging.getLogger(__name__)
+
+
+#: Read groups an epoch should have at least, so that ranks and workers all get a share.
+MIN_GROUPS = 64
+
+
+def _default_order(source: Source) -> OrderConfig:
+    """Blocks of about 1 MB, and groups small enough that the epoch has ``MIN_GROUPS``.
+
+    Depends on the dataset only (never on the world size), so the order stays the same
+    when a run resumes on a different number of ranks.
+    """
+    block_size = block_size_for(source.unit_bytes())
+    units = len(source.epoch_order(OrderConfig(mode="none"), 0).samples)
+    blocks = -(-units // block_size)
+    default = OrderConfig().group_blocks
+    return OrderConfig(
+        block_size=block_size, group_blocks=max(1, min(default, blocks // MIN_GROUPS))
+    )
 
 
 def _chunks_covering(chunks: list[np.ndarray], ids: np.ndarray) -> int:
@@ -148,6 +169,8 @@ class Loader:
             Processes start with spawn, so ``transform`` must be picklable (a module-level
             function or class); results come back through shared memory (see
             :mod:`stoker.pipeline.workers`). ``num_threads`` is then the process count.
+        max_pixels: Refuse (raise, or skip with ``on_error="skip"``) images declaring more
+            pixels than this, before decoding them: a guard against decompression bombs.
     """
 
     def __init__(
@@ -177,6 +200,7 @@ class Loader:
         num_workers: int = 1,
         log_every_s: float | None = None,
         method: Literal["thread", "process"] = "thread",
+        max_pixels: int = DEFAULT_MAX_PIXELS,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -184,6 +208,8 @@ class Loader:
             raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
         if method not in ("thread", "process"):
             raise ValueError(f"method must be 'thread' or 'process', got {method!r}")
+        if max_pixels < 1:
+            raise ValueError(f"max_pixels must be >= 1, got {max_pixels}")
         if cache_bytes is not None and cache_dir is None:
             raise ValueError("cache_bytes bounds the disk cache: give cache_dir too")
         self.stages = Stages()
@@ -209,7 +235,7 @@ class Loader:
         self._unit_shape: tuple[int, ...] = (
             (self.source.window.size,) if isinstance(self.source, WindowSource) else ()
         )
-        base = order or OrderConfig(block_size=block_size_for(self.source.unit_bytes()))
+        base = order or _default_order(self.source)
         self.order_config = OrderConfig(
             mode=mode,
             seed=seed,
@@ -255,9 +281,20 @@ class Loader:
         self.log_every_s = log_every_s
         self._transform_s = _ThreadSeconds()  # a user transform's time, per decode thread
         self.method = method
-        self._decoder = SampleDecoder(transform, seed)
+        self._decoder = SampleDecoder(transform, seed, max_pixels)
         self._processes: ProcessDecoder | None = None
         self._last_log = (time.perf_counter(), 0)  # (when, samples then)
+        groups = self._order().groups
+        if groups < self.world_size * self.num_workers and self.rank == 0 and self.worker == 0:
+            logger.warning(
+                "%s: %d read group(s) for %d rank(s) x %d worker(s): some get none of their own and "
+                "repeat others' samples (or, with drop_last, get no batch); use a smaller "
+                "OrderConfig(block_size=..., group_blocks=...)",
+                self.source.url,
+                groups,
+                self.world_size,
+                self.num_workers,
+            )
 
     # -- order -----------------------------------------------------------------------------
 
@@ -609,7 +646,9 @@ class Loader:
                 if isinstance(result, ValueError):
                     if self.on_error == "raise":
                         key = raw[n]["key"]
-                        raise ValueError(f"{self.source.url}: sample {key!r}: {result}") from result
+                        # Keep the error's kind (CorruptShardError, ...) for callers' except.
+                        kind = type(result) if isinstance(result, StokerError) else ValueError
+                        raise kind(f"{self.source.url}: sample {key!r}: {result}") from result
                     self._stats.skipped.append((raw[n]["key"], str(result)))
                     continue
                 images.append(result)

@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from stoker.pipeline.decode import decode_full, decode_planned
+from stoker.pipeline.decode import DEFAULT_MAX_PIXELS, decode_full, decode_planned
 from stoker.pipeline.transforms import PlannedTransform
 
 logger = logging.getLogger(__name__)
@@ -60,10 +60,12 @@ class SampleDecoder:
             taking a ``PIL.Image``, or None (the full-size array).
         seed: Run seed; each sample's augmentation is seeded from ``(seed, epoch, index)``
             so results never depend on which thread or process decoded it.
+        max_pixels: Refuse images larger than this before decoding (decompression bombs).
     """
 
     transform: Any
     seed: int
+    max_pixels: int = DEFAULT_MAX_PIXELS
 
     def __call__(
         self, index: int, epoch: int, sample: dict[str, Any], out: np.ndarray | None = None
@@ -79,8 +81,8 @@ class SampleDecoder:
                 image cannot be decoded.
         """
         error = sample.get("error")
-        if isinstance(error, BaseException):
-            raise ValueError(str(error)) from error
+        if isinstance(error, ValueError):
+            raise error
         if error is not None:  # in a worker process: the message only
             raise ValueError(error)
         members = sample.get("members")
@@ -102,8 +104,10 @@ class SampleDecoder:
             raise ValueError(f"no image field (has {sorted(k for k in sample if k != 'key')})")
         rng = random.Random((self.seed * 1_000_003 + epoch) * 2**40 + index)
         if isinstance(self.transform, PlannedTransform):
-            return decode_planned(sample[field_name], self.transform, rng, out=out)
-        image = decode_full(sample[field_name])
+            return decode_planned(
+                sample[field_name], self.transform, rng, out=out, max_pixels=self.max_pixels
+            )
+        image = decode_full(sample[field_name], max_pixels=self.max_pixels)
         if self.transform is None:
             return np.asarray(image)
         return self.transform(image)
