@@ -64,7 +64,7 @@ logger = logging.getLogger(__name__)
 
 
 #: Read groups an epoch should have at least, so that ranks and workers all get a share.
-MIN_GROUPS = 64
+MIN_GROUPS = 16
 
 
 def _default_order(source: Source) -> OrderConfig:
