@@ -287,8 +287,8 @@ class Loader:
         groups = self._order().groups
         if groups < self.world_size * self.num_workers and self.rank == 0 and self.worker == 0:
             logger.warning(
-                "%s: %d read group(s) for %d rank(s) x %d worker(s): some get none of their own and "
-                "repeat others' samples (or, with drop_last, get no batch); use a smaller "
+                "%s: %d read group(s) for %d rank(s) x %d worker(s): some get none of their "
+                "own and repeat others' samples (or, with drop_last, get no batch); use a smaller "
                 "OrderConfig(block_size=..., group_blocks=...)",
                 self.source.url,
                 groups,
@@ -422,6 +422,10 @@ class Loader:
         snapshot.decode_s = stages.get("decode", empty).seconds
         snapshot.fetch_s = stages.get("fetch", empty).seconds
         snapshot.epoch_samples = self.batches_per_epoch() * self.batch_size
+        snapshot.threads, snapshot.prefetch = self.num_threads, self.prefetch
+        tuner = self._tuner
+        tuning = tuner.tune_threads or tuner.tune_prefetch
+        snapshot.autotune = ("settled" if tuner.settled else "tuning") if tuning else "fixed"
         snapshot.requests = _merged(d.store.counters.snapshot() for d in self.source.datasets)
         snapshot.cache_hits = self.cache.hits if self.cache else 0
         store = self.dataset.store
@@ -696,8 +700,10 @@ class Loader:
             seconds = time.perf_counter() - started
         spent = self._transform_s.seconds
         self.stages.record("decode", seconds - spent, start_s=started, items=stop - first)
-        if spent:
-            self.stages.record("transform", spent, items=stop - first)
+        if spent:  # drawn after the slice's decodes on a timeline
+            self.stages.record(
+                "transform", spent, start_s=started + seconds - spent, items=stop - first
+            )
         return results
 
     def _decode_one(self, index: int, sample: dict[str, Any], out: np.ndarray | None) -> Any:

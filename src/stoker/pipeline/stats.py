@@ -31,6 +31,9 @@ class LoaderStats:
             ``collate`` (assembling a batch), ``wait.fetch`` and ``wait.decode`` (the
             pipeline thread blocked on either), ``consumer.wait`` and ``consumer.step``.
         epoch_samples: Samples per epoch on this rank (padding included).
+        threads: Decode threads (or processes) allowed now.
+        prefetch: Read groups fetched ahead now.
+        autotune: ``"tuning"``, ``"settled"`` or ``"fixed"`` (both settings given).
     """
 
     samples: int = 0
@@ -46,6 +49,9 @@ class LoaderStats:
     disk_cache: dict[str, int] = field(default_factory=dict)
     stages: dict[str, StageTotals] = field(default_factory=dict)
     epoch_samples: int = 0
+    threads: int = 0
+    prefetch: int = 0
+    autotune: str = "fixed"
 
     @property
     def wait_share(self) -> float:
