@@ -37,6 +37,8 @@ REFUSED_TYPES = {
 }
 _MAX_DIGITS = 20  # more digits than any real length; int() of huge strings is slow
 _DRIVE = re.compile(r"^[A-Za-z]:")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_HIGH_BYTES = re.compile(rb"[\x80-\xff]")
 
 
 def padded(size: int) -> int:
@@ -108,8 +110,10 @@ def check_header(header: bytes) -> None:
     stored = header_number(header[148:156], "checksum")
     rest = header[:148] + header[156:]
     unsigned = sum(rest) + 8 * ord(" ")
-    signed = unsigned - 256 * sum(1 for byte in rest if byte >= 0x80)
-    if stored not in (unsigned, signed):
+    if stored == unsigned:  # the usual case: no need for the signed sum
+        return
+    signed = unsigned - 256 * len(_HIGH_BYTES.findall(rest))
+    if stored != signed:
         raise ValueError(
             f"bad header checksum (stored {stored}, computed {unsigned}; corrupt or not a tar)"
         )
@@ -205,7 +209,7 @@ def check_member_name(path: str) -> None:
         problem = "a '..' path segment"
     elif "\\" in path:
         problem = "a backslash"
-    elif any(ord(c) < 0x20 or ord(c) == 0x7F for c in path):
+    elif _CONTROL.search(path):
         problem = "a control character"
     if problem is not None:
         raise ValueError(f"member {path!r} has {problem}; not allowed")
