@@ -19,7 +19,8 @@ from stoker.format.sidetable import (
     write_side_table,
 )
 from stoker.storage import MemoryStore, Store
-from stoker.storage.cache import CachedStore, DiskCache
+from stoker.storage.cache import DiskCache
+from stoker.storage.cached import CachedStore
 
 dtypes = st.sampled_from(["<f2", "<f4", ">f8", "<i4", "u1", "?", "<c8", "S3"])
 row_shapes = st.sampled_from([(), (1,), (7,), (4, 3), (0,)])

@@ -37,7 +37,8 @@ from stoker.format.sidetable import SideTable, open_side_table
 from stoker.pipeline.mixing import MixConfig, MixedOrder, mixed_epoch_order
 from stoker.pipeline.order import EpochOrder, OrderConfig, epoch_order
 from stoker.pipeline.windows import WindowConfig, window_epoch_order, window_records, window_starts
-from stoker.storage.cache import CachedStore, DiskCache
+from stoker.storage.cache import DiskCache
+from stoker.storage.cached import CachedStore
 from stoker.storage.open import open_store
 
 #: Bytes one block (one ranged read) aims for when the caller gives no OrderConfig.

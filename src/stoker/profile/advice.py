@@ -15,7 +15,7 @@ from stoker.core.metrics import StageTotals
 from stoker.core.units import format_bytes
 from stoker.pipeline.loader import Loader
 from stoker.pipeline.transforms import PlannedTransform
-from stoker.storage.cache import CachedStore
+from stoker.storage.cached import CachedStore
 
 if TYPE_CHECKING:
     from stoker.profile.doctor import Diagnosis

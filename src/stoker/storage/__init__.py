@@ -1,7 +1,8 @@
 """Object storage: the Store protocol, its backends, retries and parallel transfer."""
 
 from stoker.storage.base import Listing, ObjectMeta, Store
-from stoker.storage.cache import CachedStore, DiskCache
+from stoker.storage.cache import DiskCache
+from stoker.storage.cached import CachedStore
 from stoker.storage.engine import IOEngine, default_engine
 from stoker.storage.memory import MemoryStore
 from stoker.storage.open import open_store

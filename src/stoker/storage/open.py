@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from stoker.storage.base import Store
-from stoker.storage.cache import CachedStore
+from stoker.storage.cached import CachedStore
 from stoker.storage.engine import IOEngine, default_engine
 from stoker.storage.memory import named_memory_store
 from stoker.storage.options import StorageOptions

@@ -1,0 +1,258 @@
+"""CachedStore: any Store's ranged reads served through a node-shared DiskCache.
+
+Objects are cut into pages at fixed offsets; entries are keyed by the object's version (a
+content hash the caller knows, such as a shard's SHA-256 from the index, or else the ETag
+and size from one HEAD), so a rewritten object never hits stale bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import threading
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+
+from stoker.core.metrics import Counters
+from stoker.storage.base import Listing, ObjectMeta, PutData, Store, check_range
+from stoker.storage.cache import DiskCache
+
+
+class CachedStore:
+    """A Store whose ranged reads go through a :class:`DiskCache`, in aligned pages.
+
+    An object is cut into pages of ``page_bytes`` at fixed offsets; a ranged read takes the
+    pages it touches from the cache and fetches the missing ones (adjacent missing pages in
+    one ranged GET), so the cache works whatever ranges the caller asks for. Concurrent
+    reads of one missing page in this process share one request.
+
+    Everything else (whole-object reads, listings, writes) goes straight to the wrapped
+    store. The store's counters count only real requests; hits and misses are counted in
+    the cache's own counters.
+
+    Args:
+        store: The store to read through.
+        cache: The disk cache (possibly shared with other stores and processes).
+        page_bytes: Size of a cached page.
+        objects: ``(version, size)`` per key for objects the caller knows (for example
+            shard SHA-256s and sizes from a dataset index). Other objects are versioned by
+            their ETag and size, from one HEAD per object and process.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        cache: DiskCache,
+        *,
+        page_bytes: int = 1 << 20,
+        objects: Mapping[str, tuple[str, int]] | None = None,
+    ) -> None:
+        if page_bytes < 1:
+            raise ValueError(f"page_bytes must be >= 1, got {page_bytes}")
+        self.inner = store
+        self.cache = cache
+        self.page_bytes = page_bytes
+        self._objects: dict[str, tuple[str, int]] = dict(objects or {})
+        self._lock = threading.Lock()
+        self._in_flight: dict[str, asyncio.Future[bytes]] = {}
+
+    @property
+    def url(self) -> str:
+        return self.inner.url
+
+    @property
+    def counters(self) -> Counters:
+        return self.inner.counters
+
+    def __repr__(self) -> str:
+        return f"CachedStore({self.inner!r}, {self.cache!r}, page_bytes={self.page_bytes})"
+
+    def _known(self, path: str) -> tuple[str, int] | None:
+        with self._lock:
+            return self._objects.get(path)
+
+    def _remember(self, path: str, meta: ObjectMeta) -> tuple[str, int]:
+        found = (f"etag:{meta.etag}", meta.size)
+        with self._lock:
+            self._objects[path] = found
+        return found
+
+    def _forget(self, path: str) -> None:
+        with self._lock:
+            self._objects.pop(path, None)
+
+    def _pages(self, path: str, start: int, end: int, size: int) -> range:
+        check_range(path, start, end)
+        if end > size:
+            raise ValueError(
+                f"{self.url}/{path}: range [{start}, {end}) ends past the object ({size} bytes)"
+            )
+        return range(start // self.page_bytes, (end - 1) // self.page_bytes + 1)
+
+    def _page_key(self, path: str, version: str, page: int) -> str:
+        return f"{self.inner.url}\0{path}\0{version}\0{self.page_bytes}\0{page}"
+
+    def _assemble(self, pages: dict[int, bytes], start: int, end: int) -> memoryview:
+        first = min(pages) * self.page_bytes
+        joined = b"".join(pages[p] for p in sorted(pages))
+        return memoryview(joined)[start - first : end - first]
+
+    def _missing_runs(self, missing: list[int], size: int) -> list[tuple[int, int, list[int]]]:
+        """Adjacent missing pages as (start, end, pages) of one ranged read each."""
+        runs: list[tuple[int, int, list[int]]] = []
+        for page in missing:
+            if runs and runs[-1][2][-1] == page - 1:
+                runs[-1][2].append(page)
+            else:
+                runs.append((0, 0, [page]))
+        return [
+            (p[0] * self.page_bytes, min((p[-1] + 1) * self.page_bytes, size), p)
+            for _, _, p in runs
+        ]
+
+    def _split(self, data: memoryview, pages: list[int], run_start: int) -> dict[int, bytes]:
+        out = {}
+        for page in pages:
+            offset = page * self.page_bytes - run_start
+            out[page] = bytes(data[offset : offset + self.page_bytes])
+        return out
+
+    # -- cached reads ----------------------------------------------------------------------
+
+    def get_range(self, path: str, *, start: int, end: int) -> memoryview:
+        version, size = self._known(path) or self._remember(path, self.inner.head(path))
+        pages: dict[int, bytes] = {}
+        missing = []
+        for page in self._pages(path, start, end, size):
+            hit = self.cache.get(self._page_key(path, version, page))
+            if hit is None:
+                missing.append(page)
+            else:
+                pages[page] = hit
+        for run_start, run_end, run in self._missing_runs(missing, size):
+            data = self.inner.get_range(path, start=run_start, end=run_end)
+            for page, payload in self._split(data, run, run_start).items():
+                self.cache.put(self._page_key(path, version, page), payload)
+                pages[page] = payload
+        return self._assemble(pages, start, end)
+
+    def get_ranges(
+        self, path: str, *, starts: Sequence[int], ends: Sequence[int]
+    ) -> builtins.list[memoryview]:
+        if len(starts) != len(ends):
+            raise ValueError(f"{path}: {len(starts)} starts but {len(ends)} ends")
+        return [self.get_range(path, start=s, end=e) for s, e in zip(starts, ends, strict=True)]
+
+    async def get_range_async(self, path: str, *, start: int, end: int) -> memoryview:
+        known = self._known(path) or self._remember(path, await self.inner.head_async(path))
+        version, size = known
+        keys = {
+            page: self._page_key(path, version, page)
+            for page in self._pages(path, start, end, size)
+        }
+        # Claim the pages no other read of this process is already getting; wait for the rest.
+        owned: list[int] = []
+        waits: dict[int, asyncio.Future[bytes]] = {}
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            for page, key in keys.items():
+                pending = self._in_flight.get(key)
+                if pending is None:
+                    self._in_flight[key] = loop.create_future()
+                    owned.append(page)
+                else:
+                    waits[page] = pending
+        pages: dict[int, bytes] = {}
+        try:
+            hits = await asyncio.to_thread(self._get_all, [keys[p] for p in owned])
+            missing = []
+            for page, hit in zip(owned, hits, strict=True):
+                if hit is None:
+                    missing.append(page)
+                else:
+                    pages[page] = hit
+                    self._settle(keys[page], hit, None)
+            for run_start, run_end, run in self._missing_runs(missing, size):
+                data = await self.inner.get_range_async(path, start=run_start, end=run_end)
+                fetched = self._split(data, run, run_start)
+                await asyncio.to_thread(self._put_all, path, version, fetched)
+                for page, payload in fetched.items():
+                    pages[page] = payload
+                    self._settle(keys[page], payload, None)
+        except BaseException as exc:
+            for page in owned:
+                self._settle(keys[page], None, exc)
+            raise
+        for page, pending in waits.items():
+            pages[page] = await pending
+        return self._assemble(pages, start, end)
+
+    def _get_all(self, keys: list[str]) -> list[bytes | None]:
+        return [self.cache.get(key) for key in keys]
+
+    def _put_all(self, path: str, version: str, fetched: dict[int, bytes]) -> None:
+        for page, payload in fetched.items():
+            self.cache.put(self._page_key(path, version, page), payload)
+
+    def _settle(self, key: str, payload: bytes | None, error: BaseException | None) -> None:
+        with self._lock:
+            future = self._in_flight.pop(key, None)
+        if future is None or future.done():
+            return
+        if payload is not None:
+            future.set_result(payload)
+        elif error is not None:
+            future.set_exception(error)
+            future.exception()  # marked retrieved: the waiter (if any) re-raises it
+
+    async def get_ranges_async(
+        self, path: str, *, starts: Sequence[int], ends: Sequence[int]
+    ) -> builtins.list[memoryview]:
+        if len(starts) != len(ends):
+            raise ValueError(f"{path}: {len(starts)} starts but {len(ends)} ends")
+        return list(
+            await asyncio.gather(
+                *(
+                    self.get_range_async(path, start=s, end=e)
+                    for s, e in zip(starts, ends, strict=True)
+                )
+            )
+        )
+
+    # -- everything else goes straight through -----------------------------------------------
+
+    def get(self, path: str) -> memoryview:
+        return self.inner.get(path)
+
+    def head(self, path: str) -> ObjectMeta:
+        return self.inner.head(path)
+
+    def list(self, prefix: str = "") -> Iterator[ObjectMeta]:
+        return self.inner.list(prefix)
+
+    def list_dir(self, prefix: str = "") -> Listing:
+        return self.inner.list_dir(prefix)
+
+    def put(self, path: str, data: PutData) -> ObjectMeta:
+        self._forget(path)
+        return self.inner.put(path, data)
+
+    def delete(self, path: str) -> None:
+        self._forget(path)
+        self.inner.delete(path)
+
+    async def get_async(self, path: str) -> memoryview:
+        return await self.inner.get_async(path)
+
+    async def head_async(self, path: str) -> ObjectMeta:
+        return await self.inner.head_async(path)
+
+    def list_async(self, prefix: str = "") -> AsyncIterator[builtins.list[ObjectMeta]]:
+        return self.inner.list_async(prefix)
+
+    async def put_async(self, path: str, data: PutData) -> ObjectMeta:
+        self._forget(path)
+        return await self.inner.put_async(path, data)
+
+    async def delete_async(self, path: str) -> None:
+        self._forget(path)
+        await self.inner.delete_async(path)
