@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import logging
-import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stoker.pack.packer import PackConfig, pack
-from stoker.pipeline.autotune import AutotuneConfig, Autotuner, ConcurrencyLimit
+from stoker.pipeline.autotune import AutotuneConfig, Autotuner
 from stoker.pipeline.loader import Loader
 from stoker.pipeline.transforms import RandomResizedCrop
 from stoker.testing.images import write_image_folder
@@ -78,30 +76,6 @@ def test_prefetch_stays_when_the_store_keeps_up() -> None:
     _drive(tuner, lambda t, p: 500.0, lambda prefetch: 0.0, 10)
     assert tuner.settled
     assert tuner.prefetch == 2
-
-
-def test_concurrency_limit_bounds_running_threads() -> None:
-    limit = ConcurrencyLimit(2)
-    running = peak = 0
-    lock = threading.Lock()
-
-    def work() -> None:
-        nonlocal running, peak
-        with limit:
-            with lock:
-                running += 1
-                peak = max(peak, running)
-            time.sleep(0.01)
-            with lock:
-                running -= 1
-
-    threads = [threading.Thread(target=work) for _ in range(8)]
-    for t in threads:
-        t.start()
-    limit.set_limit(3)
-    for t in threads:
-        t.join()
-    assert 2 <= peak <= 3
 
 
 def test_an_autotuned_loader_logs_its_choice_and_keeps_results_exact(

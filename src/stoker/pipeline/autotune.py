@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 from dataclasses import dataclass
 from typing import Literal
 
@@ -179,34 +178,3 @@ class Autotuner:
             self.prefetch,
             rate,
         )
-
-
-class ConcurrencyLimit:
-    """A semaphore whose number of permits can change while threads wait on it."""
-
-    def __init__(self, limit: int) -> None:
-        self._limit = limit
-        self._active = 0
-        self._condition = threading.Condition()
-
-    @property
-    def limit(self) -> int:
-        """Permits now."""
-        return self._limit
-
-    def set_limit(self, limit: int) -> None:
-        """Change the permits; waiters wake if there is room."""
-        with self._condition:
-            self._limit = limit
-            self._condition.notify_all()
-
-    def __enter__(self) -> None:
-        with self._condition:
-            while self._active >= self._limit:
-                self._condition.wait()
-            self._active += 1
-
-    def __exit__(self, *exc: object) -> None:
-        with self._condition:
-            self._active -= 1
-            self._condition.notify()

@@ -34,7 +34,7 @@ from stoker.core.metrics import Stages, StageTotals, TraceEvent
 from stoker.core.units import format_bytes
 from stoker.errors import StokerError
 from stoker.format.reader import ShardDataset
-from stoker.pipeline.autotune import AutotuneConfig, Autotuner, ConcurrencyLimit
+from stoker.pipeline.autotune import AutotuneConfig, Autotuner
 from stoker.pipeline.cache import SampleCache
 from stoker.pipeline.decode import DEFAULT_MAX_PIXELS
 from stoker.pipeline.mixing import MixConfig, SourceShare
@@ -57,7 +57,7 @@ from stoker.pipeline.workers import (
     slice_batch,
 )
 from stoker.pipeline.world import World
-from stoker.storage.cache import CachedStore
+from stoker.storage.cached import CachedStore
 from stoker.storage.open import engine_for
 
 logger = logging.getLogger(__name__)
@@ -269,7 +269,6 @@ class Loader:
             tune_prefetch=prefetch in ("auto", None),
             config=autotune,
         )
-        self._limit = ConcurrencyLimit(self.num_threads)
         self.on_error = on_error
         self.cache = SampleCache(memory_cache_bytes) if memory_cache_bytes else None
         self.epoch = 0
@@ -442,7 +441,10 @@ class Loader:
         self.prefetch = tuner.prefetch
         if tuner.threads != self.num_threads:
             self.num_threads = tuner.threads
-            self._limit.set_limit(tuner.threads)
+            # A new pool of the new size; the old one finishes its tasks and goes.
+            old, self._pool = self._pool, self._new_pool()
+            if old is not None:
+                old.shutdown(wait=False)
 
     def _maybe_log(self, now: float) -> None:
         if self.log_every_s is None or now - self._last_log[0] < self.log_every_s:
@@ -475,8 +477,7 @@ class Loader:
         mine = list(range(self.worker, len(batches), self.num_workers))
         mine = [b for b in mine if b >= self._position]
         if self._pool is None:
-            threads = self._tuner.max_threads if self._tuner.tune_threads else self.num_threads
-            self._pool = ThreadPoolExecutor(threads, thread_name_prefix="stoker-decode")
+            self._pool = self._new_pool()
         if self.method == "process" and self._processes is None:
             fixed = self.transform.output_size if self._planned else None
             frames = math.prod(self._unit_shape)
@@ -488,7 +489,10 @@ class Loader:
                 sample_bytes=frames * (fixed[0] * fixed[1] * 3 if fixed else DEFAULT_SAMPLE_BYTES),
                 queue_depth=(self._decode_depth + 1) * self.num_threads,
             )
-        return self._run(batches, mine, self._pool)
+        return self._run(batches, mine)
+
+    def _new_pool(self) -> ThreadPoolExecutor:
+        return ThreadPoolExecutor(self.num_threads, thread_name_prefix="stoker-decode")
 
     def _fetch_plan(self, batches: list[np.ndarray], mine: list[int]) -> list[np.ndarray]:
         # Chunks of whole read groups, so each block is requested once.
@@ -502,7 +506,6 @@ class Loader:
         self,
         batches: list[np.ndarray],
         mine: list[int],
-        pool: ThreadPoolExecutor,
     ) -> Iterator[dict[str, Any]]:
         engine = engine_for(self.dataset.store)
         chunks = self._fetch_plan(batches, mine)
@@ -552,7 +555,7 @@ class Loader:
                     uses[int(i)] -= 1
                     if uses[int(i)] == 0:
                         del fetched[int(i)]
-                decodes.append((number, self._start_batch(ids, raw, pool)))
+                decodes.append((number, self._start_batch(ids, raw)))
                 pending.popleft()
             number, pending_batch = decodes.popleft()
             batch = self._finish_batch(pending_batch)
@@ -601,13 +604,14 @@ class Loader:
         )
         return found
 
-    def _start_batch(
-        self, ids: np.ndarray, raw: list[dict[str, Any]], pool: ThreadPoolExecutor
-    ) -> _PendingBatch:
+    def _start_batch(self, ids: np.ndarray, raw: list[dict[str, Any]]) -> _PendingBatch:
         """Submit a batch's decoding: one task per thread (or process), each a slice."""
         fixed = self.transform.output_size if self._planned else None
         out = np.empty((len(raw), *self._unit_shape, *fixed, 3), dtype=np.uint8) if fixed else None
         slices = slice_batch(len(raw), self.num_threads)
+        pool = self._pool
+        if pool is None:
+            raise RuntimeError("internal error: decoding without a thread pool")
         if self._processes is not None:
             slot = self._processes.acquire_slot()
             numbers = [
@@ -687,17 +691,16 @@ class Loader:
         first: int,
         stop: int,
     ) -> list[tuple[int, Any]]:
-        with self._limit:
-            started = time.perf_counter()
-            results: list[tuple[int, Any]] = []
-            self._transform_s.seconds = 0.0
-            for n in range(first, stop):
-                try:
-                    value = self._decode_one(int(ids[n]), raw[n], None if out is None else out[n])
-                    results.append((n, value))
-                except ValueError as exc:
-                    results.append((n, exc))
-            seconds = time.perf_counter() - started
+        started = time.perf_counter()
+        results: list[tuple[int, Any]] = []
+        self._transform_s.seconds = 0.0
+        for n in range(first, stop):
+            try:
+                value = self._decode_one(int(ids[n]), raw[n], None if out is None else out[n])
+                results.append((n, value))
+            except ValueError as exc:
+                results.append((n, exc))
+        seconds = time.perf_counter() - started
         spent = self._transform_s.seconds
         self.stages.record("decode", seconds - spent, start_s=started, items=stop - first)
         if spent:  # drawn after the slice's decodes on a timeline

@@ -31,7 +31,7 @@ import time
 import traceback
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
@@ -66,6 +66,11 @@ class SampleDecoder:
     transform: Any
     seed: int
     max_pixels: int = DEFAULT_MAX_PIXELS
+    # isinstance() on a runtime-checkable Protocol is slow: decided once, not per sample.
+    planned: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "planned", isinstance(self.transform, PlannedTransform))
 
     def __call__(
         self, index: int, epoch: int, sample: dict[str, Any], out: np.ndarray | None = None
@@ -103,7 +108,7 @@ class SampleDecoder:
         if field_name is None:
             raise ValueError(f"no image field (has {sorted(k for k in sample if k != 'key')})")
         rng = random.Random((self.seed * 1_000_003 + epoch) * 2**40 + index)
-        if isinstance(self.transform, PlannedTransform):
+        if self.planned:
             return decode_planned(
                 sample[field_name], self.transform, rng, out=out, max_pixels=self.max_pixels
             )
