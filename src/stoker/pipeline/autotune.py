@@ -14,8 +14,9 @@ the tuner looks at the last window:
 3. **Settle** when neither move helps; nothing changes afterwards, so a long run pays
    nothing for tuning. Every change and the final choice are logged at INFO.
 
-Windows are short (a second by default), so tuning settles within seconds; on a noisy
-machine a change is kept only for a clear gain.
+A window lasts at least two seconds and four batches, and the window right after a change
+is not judged (it mixes both settings), so tuning settles within seconds to a minute; on a
+noisy machine a change is kept only for a clear gain (8 %).
 """
 
 from __future__ import annotations
@@ -36,15 +37,17 @@ class AutotuneConfig:
         max_threads: Most decode threads (the CPU budget); default twice the CPU count.
         max_buffer_bytes: Most bytes of fetched, undecoded samples held ahead (the RAM
             budget for prefetch).
-        window_s: Length of a measurement window.
+        window_s: Shortest measurement window.
+        min_batches: Fewest batches in a measurement window.
         min_gain: Relative images/s gain a thread change must bring to be kept.
         fetch_wait_share: Waiting on fetches above this share of a window deepens prefetch.
     """
 
     max_threads: int | None = None
     max_buffer_bytes: int = 512 << 20
-    window_s: float = 1.0
-    min_gain: float = 0.04
+    window_s: float = 2.0
+    min_batches: int = 4
+    min_gain: float = 0.08
     fetch_wait_share: float = 0.05
 
     def __post_init__(self) -> None:
@@ -92,6 +95,8 @@ class Autotuner:
         self._window_start: tuple[float, int, float] | None = None  # (time, samples, waited)
         self._best_rate = 0.0
         self._best_threads = self.threads
+        self._batches = 0
+        self._settling = False
 
     @property
     def settled(self) -> bool:
@@ -110,14 +115,20 @@ class Autotuner:
             return
         if self._window_start is None:
             self._window_start = (now, samples, fetch_wait_s)
+            self._batches = 0
             return
+        self._batches += 1
         started, samples_then, waited_then = self._window_start
         elapsed = now - started
-        if elapsed < self.config.window_s:
+        if elapsed < self.config.window_s or self._batches < self.config.min_batches:
             return
         rate = (samples - samples_then) / elapsed
         fetch_share = (fetch_wait_s - waited_then) / elapsed
         self._window_start = (now, samples, fetch_wait_s)
+        self._batches = 0
+        if self._settling:
+            self._settling = False  # the window after a change mixes both settings
+            return
         self._step(rate, fetch_share)
 
     def _step(self, rate: float, fetch_share: float) -> None:
@@ -132,6 +143,7 @@ class Autotuner:
                     new,
                 )
                 self.prefetch = new
+                self._settling = True
                 return
             self.phase = "more" if self.tune_threads else "settled"
             if self.settled:
@@ -170,6 +182,7 @@ class Autotuner:
                 threads,
             )
             self.threads = threads
+            self._settling = True
 
     def _log_settled(self, rate: float) -> None:
         logger.info(

@@ -149,8 +149,8 @@ class Loader:
         world_size: Number of ranks (default 1).
         drop_last: Drop the last incomplete batch, and even ranks out by dropping samples
             rather than padding with repeats.
-        num_threads: Decode threads, or ``"auto"``: start at the CPU count plus one and let
-            the autotuner (:mod:`stoker.pipeline.autotune`) adjust them.
+        num_threads: Decode threads, or ``"auto"``: start at the CPU count and let the
+            autotuner (:mod:`stoker.pipeline.autotune`) adjust them.
         prefetch: Read groups fetched ahead, or ``"auto"``: start with enough for two
             batches and deepen while the pipeline waits on the store, within the memory
             budget of ``autotune``.
@@ -250,10 +250,8 @@ class Loader:
         self.rank, self.world_size = self.world.rank, self.world.world_size
         self.worker, self.num_workers = self.world.worker, self.world.num_workers
         self.drop_last = drop_last
-        # One more decoder than cores: each holds the GIL part of the time (measured best).
-        self.num_threads = (
-            num_threads if isinstance(num_threads, int) else (os.cpu_count() or 1) + 1
-        )
+        # A decoder per core to start with: the I/O thread needs CPU too (autotune may add one).
+        self.num_threads = num_threads if isinstance(num_threads, int) else os.cpu_count() or 1
         # Read groups in flight: enough for two batches ahead, at least two.
         group = self.order_config.block_size * self.order_config.group_blocks
         self.prefetch = (
