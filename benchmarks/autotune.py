@@ -137,7 +137,7 @@ def main() -> int:
                     "",
                     f"Best hand-picked: threads/prefetch {best_key}, {best:.0f} images/s. "
                     f"Auto: {auto['images_per_s']:.0f} images/s "
-                    f"(settled on {auto['threads']} threads, prefetch {auto['prefetch']}), "
+                    f"(ended on {auto['threads']} threads, prefetch {auto['prefetch']}), "
                     f"**{auto['images_per_s'] / best:.2f}x** the best.",
                     "",
                 ]
