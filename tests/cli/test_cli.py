@@ -163,3 +163,17 @@ def test_cli_docs_page_is_current() -> None:
     """docs/cli.md is generated from --help; regenerate with `python -m stoker.cli.docs`."""
     page = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
     assert page.read_text(encoding="utf-8") == render()
+
+
+def test_pack_refuses_images_over_max_pixels(tmp_path: Path) -> None:
+    write_image_folder(tmp_path / "src", files=4, classes=1, width=48, height=40)
+    runner = CliRunner()
+    refused = runner.invoke(
+        cli, ["pack", str(tmp_path / "src"), str(tmp_path / "ds"), "--max-pixels", "100"]
+    )
+    assert refused.exit_code == 1
+    assert "max_pixels=100" in refused.output
+    allowed = runner.invoke(
+        cli, ["pack", str(tmp_path / "src"), str(tmp_path / "ok"), "--max-pixels", "1920"]
+    )
+    assert allowed.exit_code == 0, allowed.output

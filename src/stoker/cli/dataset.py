@@ -14,6 +14,7 @@ from rich.table import Table
 from stoker.cli.common import handle_errors, with_options
 from stoker.core.units import format_bytes
 from stoker.format.reader import open_dataset
+from stoker.format.spec import DEFAULT_MAX_PIXELS
 from stoker.pack.indexer import index_webdataset
 from stoker.pack.packer import DEFAULT_SHARD_BYTES, PackConfig, pack
 from stoker.pack.reencode import ImagePolicy
@@ -81,6 +82,13 @@ def _storage(ctx: click.Context) -> Any:
     type=click.IntRange(1, 100),
     help="Re-encode images as JPEG at this quality (default: keep original bytes).",
 )
+@click.option(
+    "--max-pixels",
+    type=click.IntRange(1),
+    default=DEFAULT_MAX_PIXELS,
+    show_default=True,
+    help="Refuse images declaring more pixels than this (decompression bombs).",
+)
 @click.option("--shuffle-seed", type=int, help="Pack in a seeded random order.")
 @click.option(
     "--workers",
@@ -117,6 +125,7 @@ def pack_command(
     resize_shorter: int | None,
     max_side: int | None,
     quality: int | None,
+    max_pixels: int,
     shuffle_seed: int | None,
     workers: int,
     engine: str,
@@ -133,7 +142,12 @@ def pack_command(
     config = PackConfig(
         max_shard_bytes=parse_size(shard_size),
         samples_per_shard=samples_per_shard,
-        images=ImagePolicy(resize_shorter=resize_shorter, max_side=max_side, quality=quality),
+        images=ImagePolicy(
+            resize_shorter=resize_shorter,
+            max_side=max_side,
+            quality=quality,
+            max_pixels=max_pixels,
+        ),
         shuffle_seed=shuffle_seed,
         workers=workers,
         engine=engine,  # type: ignore[arg-type]

@@ -274,6 +274,7 @@ class Loader:
         self._segments: list[Segment] = []  # earlier world sizes in this epoch
         self._stats = LoaderStats()
         self._pool: ThreadPoolExecutor | None = None  # decodes samples
+        self._pools_made = 0
         self._planned = isinstance(transform, PlannedTransform)
         self.log_every_s = log_every_s
         self._transform_s = _ThreadSeconds()  # a user transform's time, per decode thread
@@ -490,7 +491,10 @@ class Loader:
         return self._run(batches, mine)
 
     def _new_pool(self) -> ThreadPoolExecutor:
-        return ThreadPoolExecutor(self.num_threads, thread_name_prefix="stoker-decode")
+        # Each pool its own thread names, so a timeline never mixes two pools' threads.
+        self._pools_made += 1
+        suffix = "" if self._pools_made == 1 else f"-{self._pools_made}"
+        return ThreadPoolExecutor(self.num_threads, thread_name_prefix=f"stoker-decode{suffix}")
 
     def _fetch_plan(self, batches: list[np.ndarray], mine: list[int]) -> list[np.ndarray]:
         # Chunks of whole read groups, so each block is requested once.
