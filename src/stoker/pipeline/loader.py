@@ -58,6 +58,7 @@ from stoker.pipeline.workers import (
 )
 from stoker.pipeline.world import World
 from stoker.storage.cached import CachedStore
+from stoker.storage.engine import IOEngine
 from stoker.storage.open import engine_for
 
 logger = logging.getLogger(__name__)
@@ -97,6 +98,22 @@ def _merged(snapshots: Iterable[dict[str, int]]) -> dict[str, int]:
     for snapshot in snapshots:
         total.update(snapshot)
     return dict(sorted(total.items()))
+
+
+@dataclass(slots=True)
+class _ReadAhead:
+    """Fetches of an epoch's first chunks, started before that epoch was asked for."""
+
+    epoch: int
+    chunks: list[np.ndarray]
+    futures: list[Future[dict[int, dict[str, Any]]]]
+
+    def matches(self, epoch: int, chunks: list[np.ndarray]) -> bool:
+        return (
+            epoch == self.epoch
+            and len(chunks) >= len(self.chunks)
+            and all(np.array_equal(a, b) for a, b in zip(self.chunks, chunks, strict=False))
+        )
 
 
 class _ThreadSeconds(threading.local):
@@ -275,6 +292,8 @@ class Loader:
         self._stats = LoaderStats()
         self._pool: ThreadPoolExecutor | None = None  # decodes samples
         self._pools_made = 0
+        self._epochs_run = 0  # whole epochs this loader has delivered
+        self._ahead: _ReadAhead | None = None
         self._planned = isinstance(transform, PlannedTransform)
         self.log_every_s = log_every_s
         self._transform_s = _ThreadSeconds()  # a user transform's time, per decode thread
@@ -303,10 +322,16 @@ class Loader:
             self._position = 0
             self._segments = []
 
-    def _order(self) -> EpochOrder:
-        return self.source.epoch_order(self.order_config, self.epoch)
+    def _order(self, epoch: int | None = None) -> EpochOrder:
+        return self.source.epoch_order(self.order_config, self.epoch if epoch is None else epoch)
 
-    def _share(self) -> np.ndarray:
+    def _share(self, epoch: int | None = None) -> np.ndarray:
+        """This rank's samples of the current epoch (or, from its start, of ``epoch``)."""
+        if epoch is not None:
+            order = self._order(epoch)
+            return assign(
+                order, rank=self.rank, world_size=self.world_size, drop_last=self.drop_last
+            ).samples
         order = self._order()
         exclude = (
             consumed(order, self._segments, drop_last=self.drop_last) if self._segments else None
@@ -467,14 +492,17 @@ class Loader:
 
     # -- iteration -------------------------------------------------------------------------
 
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        samples = self._share()
+    def _plan(self, samples: np.ndarray, position: int) -> tuple[list[np.ndarray], list[int]]:
+        """The epoch's batches, and the numbers of this worker's from ``position`` on."""
         bounds = list(range(0, len(samples), self.batch_size))
         batches = [samples[b : b + self.batch_size] for b in bounds]
         if self.drop_last and batches and len(batches[-1]) < self.batch_size:
             batches.pop()
         mine = list(range(self.worker, len(batches), self.num_workers))
-        mine = [b for b in mine if b >= self._position]
+        return batches, [b for b in mine if b >= position]
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        batches, mine = self._plan(self._share(), self._position)
         if self._pool is None:
             self._pool = self._new_pool()
         if self.method == "process" and self._processes is None:
@@ -513,6 +541,10 @@ class Loader:
         chunks = self._fetch_plan(batches, mine)
         fetches: deque[Future[dict[int, dict[str, Any]]]] = deque()
         next_chunk = 0
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and ahead.matches(self.epoch, chunks):
+            fetches.extend(ahead.futures)  # read at the end of the last epoch
+            next_chunk = len(ahead.futures)
         fetched: dict[int, dict[str, Any]] = {}
         # Padding can repeat a sample: keep it until its last use in this stream.
         uses = Counter(int(i) for b in mine for i in batches[b])
@@ -529,6 +561,8 @@ class Loader:
             while next_chunk < len(chunks) and len(fetches) < limit:
                 fetches.append(engine.submit(self._fetch(chunks[next_chunk])))
                 next_chunk += 1
+            if next_chunk == len(chunks) and len(fetches) < limit and self._ahead is None:
+                self._read_ahead(engine)
 
         def missing(ids: np.ndarray) -> bool:
             while fetches and fetches[0].done():
@@ -577,6 +611,24 @@ class Loader:
         # The epoch is over: the next iteration starts the next one unless told otherwise.
         self._position = 0
         self._segments = []
+        self._epochs_run += 1
+
+    def _read_ahead(self, engine: IOEngine) -> None:
+        """Start reading the next epoch's first batch while this one ends.
+
+        Only for a loader that has already run a whole epoch (so it is being reused across
+        epochs); used if the next iteration is epoch + 1 from its start, else dropped.
+        """
+        if self._epochs_run < 1 or self._segments:
+            return
+        epoch = self.epoch + 1
+        batches, mine = self._plan(self._share(epoch), 0)
+        chunks = self._fetch_plan(batches, mine)
+        if not mine or not chunks:
+            return
+        count = _chunks_covering(chunks, batches[mine[0]])
+        futures = [engine.submit(self._fetch(chunk)) for chunk in chunks[:count]]
+        self._ahead = _ReadAhead(epoch, chunks[:count], futures)
 
     async def _fetch(self, ids: np.ndarray) -> dict[int, dict[str, Any]]:
         started = time.perf_counter()
@@ -726,6 +778,7 @@ class Loader:
 
         Iterating again starts them anew.
         """
+        self._ahead = None
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
