@@ -75,8 +75,7 @@ def _default_order(source: Source) -> OrderConfig:
     when a run resumes on a different number of ranks.
     """
     block_size = block_size_for(source.unit_bytes())
-    units = len(source.epoch_order(OrderConfig(mode="none"), 0).samples)
-    blocks = -(-units // block_size)
+    blocks = -(-source.units() // block_size)
     default = OrderConfig().group_blocks
     return OrderConfig(
         block_size=block_size, group_blocks=max(1, min(default, blocks // MIN_GROUPS))
@@ -252,6 +251,7 @@ class Loader:
         self._unit_shape: tuple[int, ...] = (
             (self.source.window.size,) if isinstance(self.source, WindowSource) else ()
         )
+        self._last_order: tuple[int, EpochOrder] | None = None
         base = order or _default_order(self.source)
         self.order_config = OrderConfig(
             mode=mode,
@@ -323,7 +323,12 @@ class Loader:
             self._segments = []
 
     def _order(self, epoch: int | None = None) -> EpochOrder:
-        return self.source.epoch_order(self.order_config, self.epoch if epoch is None else epoch)
+        epoch = self.epoch if epoch is None else epoch
+        # One epoch's order is asked for at start-up, per iteration, by stats() and by the
+        # read-ahead: computed once (it is a pure function of the epoch).
+        if self._last_order is None or self._last_order[0] != epoch:
+            self._last_order = (epoch, self.source.epoch_order(self.order_config, epoch))
+        return self._last_order[1]
 
     def _share(self, epoch: int | None = None) -> np.ndarray:
         """This rank's samples of the current epoch (or, from its start, of ``epoch``)."""
@@ -437,13 +442,7 @@ class Loader:
         """A snapshot of the loader's counters."""
         snapshot = LoaderStats(**{k: getattr(self._stats, k) for k in LoaderStats.__slots__})
         snapshot.skipped = list(self._stats.skipped)
-        stages = self.stages.snapshot()
-        snapshot.stages = stages
-        empty = StageTotals()
-        snapshot.wait_s = stages.get("consumer.wait", empty).seconds
-        snapshot.step_s = stages.get("consumer.step", empty).seconds
-        snapshot.decode_s = stages.get("decode", empty).seconds
-        snapshot.fetch_s = stages.get("fetch", empty).seconds
+        snapshot.stages = self.stages.snapshot()
         snapshot.epoch_samples = self.batches_per_epoch() * self.batch_size
         snapshot.threads, snapshot.prefetch = self.num_threads, self.prefetch
         tuner = self._tuner

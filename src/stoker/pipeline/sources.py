@@ -34,7 +34,7 @@ import numpy as np
 
 from stoker.format.reader import ShardDataset, open_dataset
 from stoker.format.sidetable import SideTable, open_side_table
-from stoker.pipeline.mixing import MixConfig, MixedOrder, mixed_epoch_order
+from stoker.pipeline.mixing import MixConfig, MixedOrder, mixed_epoch_order, source_counts
 from stoker.pipeline.order import EpochOrder, OrderConfig, epoch_order
 from stoker.pipeline.windows import WindowConfig, window_epoch_order, window_records, window_starts
 from stoker.storage.cache import DiskCache
@@ -67,6 +67,10 @@ class Source(Protocol):
 
     def epoch_order(self, config: OrderConfig, epoch: int) -> EpochOrder:
         """The order of one epoch over unit ids."""
+        ...
+
+    def units(self) -> int:
+        """Units in one epoch."""
         ...
 
     def unit_bytes(self) -> float:
@@ -125,6 +129,9 @@ class DatasetSource:
     def epoch_order(self, config: OrderConfig, epoch: int) -> EpochOrder:
         return epoch_order(self.shard_sizes, config=config, epoch=epoch)
 
+    def units(self) -> int:
+        return len(self.dataset)
+
     def unit_bytes(self) -> float:
         lengths = self.dataset.index.length
         rows = sum(t.row_bytes for t in self.side_tables.values())
@@ -178,6 +185,8 @@ class MixedSource:
         self.sources = list(sources)
         self.mix = mix
         self.block_sizes = list(block_sizes)
+        sizes = [len(s.dataset) for s in self.sources]
+        self._offsets = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)]).astype(np.int64)
         self._last: tuple[tuple[OrderConfig, int], MixedOrder] | None = None
 
     @property
@@ -208,12 +217,11 @@ class MixedSource:
     def epoch_order(self, config: OrderConfig, epoch: int) -> EpochOrder:
         return self.mixed_order(config, epoch).order
 
-    def _offsets(self) -> np.ndarray:
-        sizes = [len(s.dataset) for s in self.sources]
-        return np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)]).astype(np.int64)
+    def units(self) -> int:
+        return sum(source_counts([len(s.dataset) for s in self.sources], self.mix))
 
     def _locate(self, ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-        offsets = self._offsets()
+        offsets = self._offsets
         values = np.asarray(ids, dtype=np.int64) % max(int(offsets[-1]), 1)
         which = np.searchsorted(offsets[1:], values, side="right").astype(np.int64)
         return which, values - offsets[which]
@@ -281,6 +289,9 @@ class WindowSource:
 
     def epoch_order(self, config: OrderConfig, epoch: int) -> EpochOrder:
         return window_epoch_order(self.source.shard_sizes, self.starts, order=config, epoch=epoch)
+
+    def units(self) -> int:
+        return len(self.starts)
 
     def unit_bytes(self) -> float:
         return self.source.unit_bytes() * self.window.size

@@ -17,11 +17,6 @@ class LoaderStats:
         batches: Batches delivered.
         skipped: ``(key, reason)`` of samples left out with ``on_error="skip"``.
         padded: Samples repeated to even out ranks (summed over epochs).
-        wait_s: Time the consumer waited inside ``next()`` for a batch: the input
-            pipeline's stall as the training loop feels it.
-        step_s: Time the consumer spent between batches (its training step).
-        decode_s: Thread time spent decoding and transforming.
-        fetch_s: Time from a fetch's start to its completion, summed.
         cache_hits: Samples served from the in-memory cache.
         requests: The store's request counters (requests, bytes, retries, errors).
         disk_cache: The disk cache's counters (hits, misses, writes, evictions, errors).
@@ -40,10 +35,6 @@ class LoaderStats:
     batches: int = 0
     skipped: list[tuple[str, str]] = field(default_factory=list)
     padded: int = 0
-    wait_s: float = 0.0
-    step_s: float = 0.0
-    decode_s: float = 0.0
-    fetch_s: float = 0.0
     cache_hits: int = 0
     requests: dict[str, int] = field(default_factory=dict)
     disk_cache: dict[str, int] = field(default_factory=dict)
@@ -52,6 +43,31 @@ class LoaderStats:
     threads: int = 0
     prefetch: int = 0
     autotune: str = "fixed"
+
+    def _seconds(self, stage: str) -> float:
+        totals = self.stages.get(stage)
+        return totals.seconds if totals is not None else 0.0
+
+    @property
+    def wait_s(self) -> float:
+        """Time the consumer waited inside ``next()`` for a batch: the input pipeline's
+        stall as the training loop feels it."""
+        return self._seconds("consumer.wait")
+
+    @property
+    def step_s(self) -> float:
+        """Time the consumer spent between batches (its training step)."""
+        return self._seconds("consumer.step")
+
+    @property
+    def decode_s(self) -> float:
+        """Thread time spent decoding (and in built-in transforms)."""
+        return self._seconds("decode")
+
+    @property
+    def fetch_s(self) -> float:
+        """Time from each fetch's start to its completion, summed."""
+        return self._seconds("fetch")
 
     @property
     def wait_share(self) -> float:
