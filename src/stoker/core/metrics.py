@@ -98,26 +98,18 @@ class Stages:
     group, a decoded slice of a batch, a delivered batch), not per sample, so recording
     costs nothing measurable.
 
-    Args:
-        max_events: Keep the last this many events for a timeline; 0 keeps none.
+    No timeline is kept until :meth:`start_tracing`.
     """
 
-    def __init__(self, *, max_events: int = 0) -> None:
+    def __init__(self) -> None:
         self._totals: dict[str, list[float]] = {}
         self._lock = threading.Lock()
-        self._events: collections.deque[TraceEvent] | None = (
-            collections.deque(maxlen=max_events) if max_events > 0 else None
-        )
+        self._events: collections.deque[TraceEvent] | None = None
 
     def start_tracing(self, max_events: int) -> None:
         """Keep the last ``max_events`` events from now on (totals are kept as they are)."""
         with self._lock:
             self._events = collections.deque(maxlen=max_events) if max_events > 0 else None
-
-    @property
-    def tracing(self) -> bool:
-        """Whether events are kept."""
-        return self._events is not None
 
     def record(
         self,

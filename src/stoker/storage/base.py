@@ -137,6 +137,12 @@ class Store(Protocol):
         ...
 
 
+def check_ranges(path: str, starts: Sequence[int], ends: Sequence[int]) -> None:
+    """Raise ValueError unless ``starts`` and ``ends`` pair up."""
+    if len(starts) != len(ends):
+        raise ValueError(f"{path}: {len(starts)} starts but {len(ends)} ends")
+
+
 def check_range(path: str, start: int, end: int) -> None:
     """Raise ValueError unless ``0 <= start < end``."""
     if start < 0 or end <= start:

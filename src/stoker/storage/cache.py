@@ -135,6 +135,10 @@ class DiskCache:
         try:
             with open(path, "rb") as f:
                 data = f.read()
+                used = os.fstat(f.fileno()).st_mtime
+                now = time.time()
+                if now - used > _TOUCH_EVERY_S:  # last use is the mtime: LRU order
+                    os.utime(f.fileno(), (now, now))
         except FileNotFoundError:
             self.counters.add("cache.misses")
             return None
@@ -146,10 +150,6 @@ class DiskCache:
                 path.unlink()
             self.counters.add("cache.misses")
             return None
-        now = time.time()
-        with contextlib.suppress(OSError):  # evicted meanwhile: the bytes are still good
-            if now - path.stat().st_mtime > _TOUCH_EVERY_S:
-                os.utime(path, (now, now))
         self.counters.add("cache.hits")
         self.counters.add("cache.bytes_hit", len(payload))
         return payload
@@ -160,6 +160,8 @@ class DiskCache:
         if not self._writable or size > self.max_bytes:
             return
         path = self._path(key)
+        if path.exists():  # another process wrote it meanwhile: no need to write it again
+            return
         tmp = self._tmp / f"{os.getpid()}-{uuid.uuid4().hex}"
         try:
             with open(tmp, "wb") as f:

@@ -13,8 +13,11 @@ import threading
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 
 from stoker.core.metrics import Counters
-from stoker.storage.base import Listing, ObjectMeta, PutData, Store, check_range
+from stoker.storage.base import Listing, ObjectMeta, PutData, Store, check_range, check_ranges
 from stoker.storage.cache import DiskCache
+
+#: A page's bytes: from the disk cache, or a view into the ranged read that fetched it.
+Page = bytes | memoryview
 
 
 class CachedStore:
@@ -53,7 +56,7 @@ class CachedStore:
         self.page_bytes = page_bytes
         self._objects: dict[str, tuple[str, int]] = dict(objects or {})
         self._lock = threading.Lock()
-        self._in_flight: dict[str, asyncio.Future[bytes]] = {}
+        self._in_flight: dict[str, asyncio.Future[Page]] = {}
 
     @property
     def url(self) -> str:
@@ -91,36 +94,37 @@ class CachedStore:
     def _page_key(self, path: str, version: str, page: int) -> str:
         return f"{self.inner.url}\0{path}\0{version}\0{self.page_bytes}\0{page}"
 
-    def _assemble(self, pages: dict[int, bytes], start: int, end: int) -> memoryview:
+    def _assemble(self, pages: dict[int, Page], start: int, end: int) -> memoryview:
         first = min(pages) * self.page_bytes
+        if len(pages) == 1:  # the usual case for small reads: no join, no copy
+            return memoryview(pages[first // self.page_bytes])[start - first : end - first]
         joined = b"".join(pages[p] for p in sorted(pages))
         return memoryview(joined)[start - first : end - first]
 
     def _missing_runs(self, missing: list[int], size: int) -> list[tuple[int, int, list[int]]]:
         """Adjacent missing pages as (start, end, pages) of one ranged read each."""
-        runs: list[tuple[int, int, list[int]]] = []
+        groups: list[list[int]] = []
         for page in missing:
-            if runs and runs[-1][2][-1] == page - 1:
-                runs[-1][2].append(page)
+            if groups and groups[-1][-1] == page - 1:
+                groups[-1].append(page)
             else:
-                runs.append((0, 0, [page]))
+                groups.append([page])
         return [
-            (p[0] * self.page_bytes, min((p[-1] + 1) * self.page_bytes, size), p)
-            for _, _, p in runs
+            (g[0] * self.page_bytes, min((g[-1] + 1) * self.page_bytes, size), g) for g in groups
         ]
 
-    def _split(self, data: memoryview, pages: list[int], run_start: int) -> dict[int, bytes]:
-        out = {}
-        for page in pages:
-            offset = page * self.page_bytes - run_start
-            out[page] = bytes(data[offset : offset + self.page_bytes])
-        return out
+    def _split(self, data: memoryview, pages: list[int], run_start: int) -> dict[int, Page]:
+        """The run's bytes cut into pages (views, not copies)."""
+        view = memoryview(data)
+        return {
+            page: view[page * self.page_bytes - run_start :][: self.page_bytes] for page in pages
+        }
 
     # -- cached reads ----------------------------------------------------------------------
 
     def get_range(self, path: str, *, start: int, end: int) -> memoryview:
         version, size = self._known(path) or self._remember(path, self.inner.head(path))
-        pages: dict[int, bytes] = {}
+        pages: dict[int, Page] = {}
         missing = []
         for page in self._pages(path, start, end, size):
             hit = self.cache.get(self._page_key(path, version, page))
@@ -138,8 +142,7 @@ class CachedStore:
     def get_ranges(
         self, path: str, *, starts: Sequence[int], ends: Sequence[int]
     ) -> builtins.list[memoryview]:
-        if len(starts) != len(ends):
-            raise ValueError(f"{path}: {len(starts)} starts but {len(ends)} ends")
+        check_ranges(path, starts, ends)
         return [self.get_range(path, start=s, end=e) for s, e in zip(starts, ends, strict=True)]
 
     async def get_range_async(self, path: str, *, start: int, end: int) -> memoryview:
@@ -151,7 +154,7 @@ class CachedStore:
         }
         # Claim the pages no other read of this process is already getting; wait for the rest.
         owned: list[int] = []
-        waits: dict[int, asyncio.Future[bytes]] = {}
+        waits: dict[int, asyncio.Future[Page]] = {}
         loop = asyncio.get_running_loop()
         with self._lock:
             for page, key in keys.items():
@@ -161,7 +164,7 @@ class CachedStore:
                     owned.append(page)
                 else:
                     waits[page] = pending
-        pages: dict[int, bytes] = {}
+        pages: dict[int, Page] = {}
         try:
             hits = await asyncio.to_thread(self._get_all, [keys[p] for p in owned])
             missing = []
@@ -186,14 +189,14 @@ class CachedStore:
             pages[page] = await pending
         return self._assemble(pages, start, end)
 
-    def _get_all(self, keys: list[str]) -> list[bytes | None]:
+    def _get_all(self, keys: list[str]) -> list[Page | None]:
         return [self.cache.get(key) for key in keys]
 
-    def _put_all(self, path: str, version: str, fetched: dict[int, bytes]) -> None:
+    def _put_all(self, path: str, version: str, fetched: dict[int, Page]) -> None:
         for page, payload in fetched.items():
             self.cache.put(self._page_key(path, version, page), payload)
 
-    def _settle(self, key: str, payload: bytes | None, error: BaseException | None) -> None:
+    def _settle(self, key: str, payload: Page | None, error: BaseException | None) -> None:
         with self._lock:
             future = self._in_flight.pop(key, None)
         if future is None or future.done():
@@ -207,8 +210,7 @@ class CachedStore:
     async def get_ranges_async(
         self, path: str, *, starts: Sequence[int], ends: Sequence[int]
     ) -> builtins.list[memoryview]:
-        if len(starts) != len(ends):
-            raise ValueError(f"{path}: {len(starts)} starts but {len(ends)} ends")
+        check_ranges(path, starts, ends)
         return list(
             await asyncio.gather(
                 *(

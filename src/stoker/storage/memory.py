@@ -11,7 +11,7 @@ from pathlib import Path
 
 from stoker.core.metrics import Counters
 from stoker.errors import ObjectNotFoundError
-from stoker.storage.base import Listing, ObjectMeta, PutData, check_range
+from stoker.storage.base import Listing, ObjectMeta, PutData, check_range, check_ranges
 
 _LIST_PAGE = 1000
 
@@ -74,8 +74,7 @@ class MemoryStore:
     def get_ranges(
         self, path: str, *, starts: Sequence[int], ends: Sequence[int]
     ) -> builtins.list[memoryview]:
-        if len(starts) != len(ends):
-            raise ValueError(f"{path}: {len(starts)} starts but {len(ends)} ends")
+        check_ranges(path, starts, ends)
         return [self.get_range(path, start=s, end=e) for s, e in zip(starts, ends, strict=True)]
 
     def head(self, path: str) -> ObjectMeta:

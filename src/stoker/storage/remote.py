@@ -25,7 +25,7 @@ from stoker.errors import (
     RetriesExhaustedError,
     StorageError,
 )
-from stoker.storage.base import Listing, ObjectMeta, PutData, check_range
+from stoker.storage.base import Listing, ObjectMeta, PutData, check_range, check_ranges
 from stoker.storage.engine import IOEngine, default_engine
 from stoker.storage.options import StorageOptions
 from stoker.storage.retry import RETRYABLE, ShortBodyError, call_with_retries, classify
@@ -254,8 +254,7 @@ class ObstoreStore:
     async def get_ranges_async(
         self, path: str, *, starts: Sequence[int], ends: Sequence[int]
     ) -> builtins.list[memoryview]:
-        if len(starts) != len(ends):
-            raise ValueError(f"{path}: {len(starts)} starts but {len(ends)} ends")
+        check_ranges(path, starts, ends)
         for s, e in zip(starts, ends, strict=True):
             check_range(path, s, e)
 
