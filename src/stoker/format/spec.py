@@ -49,7 +49,7 @@ def check_key(key: str) -> None:
 def normalise_extension(ext: str) -> str:
     """Lower-case field extension with common aliases folded (``JPEG`` -> ``jpg``)."""
     ext = ext.lower().lstrip(".")
-    return {"jpeg": "jpg", "tif": "tiff"}.get(ext, ext)
+    return {"jpeg": "jpg", "jpe": "jpg", "tif": "tiff"}.get(ext, ext)
 
 
 def sniff_image_extension(data: bytes) -> str:

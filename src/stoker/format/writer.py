@@ -79,6 +79,12 @@ class ShardWriter:
             raise ValueError(f"duplicate sample key {sample.key!r} in shard {self._name}")
         if not sample.fields:
             raise ValueError(f"sample {sample.key!r} has no fields")
+        names = [normalise_extension(ext) for ext in sample.fields]
+        if len(set(names)) != len(names):
+            raise ValueError(
+                f"sample {sample.key!r}: fields {sorted(sample.fields)} name the same "
+                "extension twice"
+            )
         start = len(self._buffer)
         for ext, data in sample.fields.items():
             name = f"{sample.key}.{normalise_extension(ext)}"

@@ -29,7 +29,7 @@ from typing import Any, Literal
 from stoker.errors import SourceError, StokerError
 from stoker.format.foreign.base import AsyncSampleReader, Sample, SampleReader, SampleRef
 from stoker.format.index import DatasetIndex, write_index
-from stoker.format.spec import MANIFEST_NAME, PACK_STATE_DIR, shard_name
+from stoker.format.spec import MANIFEST_NAME, PACK_STATE_DIR, normalise_extension, shard_name
 from stoker.format.writer import SampleRecord, ShardRecord, ShardWriter
 from stoker.pack.plan import PackPlan, plan_shards
 from stoker.pack.reencode import IMAGE_FIELDS, ImagePolicy, process_image
@@ -149,8 +149,17 @@ def _record_from_json(data: bytes) -> tuple[ShardRecord, list[dict[str, str]], d
 
 
 def _prepare(sample: Sample, policy: ImagePolicy, where: str) -> Sample:
+    """Normalise the sample's extensions (``jpeg`` -> ``jpg``: the names the shard will
+    have), then check and re-encode its images."""
     fields: dict[str, bytes] = {}
-    for ext, data in sample.fields.items():
+    named = [(normalise_extension(ext), data) for ext, data in sample.fields.items()]
+    names = [ext for ext, _ in named]
+    if len(set(names)) != len(names):
+        raise SourceError(
+            f"{where}: fields {sorted(sample.fields)} name the same extension twice "
+            f"(as {sorted(names)})"
+        )
+    for ext, data in named:
         if ext in IMAGE_FIELDS:
             new_ext, data = process_image(data, ext, policy, where=where)
             fields[new_ext] = data

@@ -27,6 +27,7 @@ from typing import Any
 from stoker.errors import SourceError
 from stoker.format.foreign.base import Sample, SampleRef
 from stoker.format.foreign.locations import LocationReader, is_remote
+from stoker.format.spec import normalise_extension
 
 logger = logging.getLogger(__name__)
 
@@ -34,7 +35,6 @@ PATH_COLUMNS = ("path", "file", "filename", "url", "image")
 LABEL_COLUMNS = ("label", "class", "target")
 _INTEGER = re.compile(r"-?[0-9]+")
 _NUMBER = re.compile(r"[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?")
-_EXTENSIONS = {"jpeg": "jpg", "jpe": "jpg", "tiff": "tif"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +127,7 @@ class ListFileReader:
             where = f"row {int(row) + 1}" if row.isdigit() else f"sample {ref.key!r}"
             raise SourceError(f"{self._location}: {where}: {exc}") from exc
         suffix = PurePosixPath(ref.location).suffix.lower().lstrip(".")
-        fields = {_EXTENSIONS.get(suffix, suffix) or "bin": data}
+        fields = {normalise_extension(suffix) or "bin": data}
         if ref.label >= 0:
             fields["cls"] = str(ref.label).encode()
         return Sample(ref.key, fields, ref.label)
