@@ -27,7 +27,6 @@ Writes benchmarks/out/reliability.json and benchmarks/out/reliability.md.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import logging
 import os
@@ -48,6 +47,7 @@ from stoker.pack.packer import PackConfig, pack
 from stoker.pipeline.loader import Loader
 from stoker.pipeline.order import OrderConfig
 from stoker.storage import open_store
+from stoker.storage.checksum import md5_tree
 from stoker.storage.transfer import PARTIAL_SUFFIX, TransferConfig, download, upload
 from stoker.testing.images import write_image_folder
 from stoker.testing.netproxy import FAULT_KINDS, FaultConfig, LinkConfig, NetProxy
@@ -73,16 +73,6 @@ class _RetryLog(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         if "retrying" in record.getMessage():
             self.retries += 1
-
-
-def _md5_tree(root: Path) -> dict[str, str]:
-    return {
-        p.relative_to(root).as_posix(): hashlib.md5(
-            p.read_bytes(), usedforsecurity=False
-        ).hexdigest()
-        for p in sorted(root.rglob("*"))
-        if p.is_file()
-    }
 
 
 def _faults(proxy: NetProxy, before: Any) -> dict[str, Any]:
@@ -117,7 +107,7 @@ def run_download(server: SeaweedServer, proxy: NetProxy, work: Path, files: int)
     started = time.perf_counter()
     report = download(store, work / "download-dst", config=TransferConfig(workers=32))
     seconds = time.perf_counter() - started
-    want, got = _md5_tree(source), _md5_tree(work / "download-dst")
+    want, got = md5_tree(source), md5_tree(work / "download-dst")
     counters = store.counters.snapshot()
     return {
         **_faults(proxy, before),
@@ -283,14 +273,14 @@ def run_crashes(server: SeaweedServer, work: Path) -> dict[str, Any]:
             check=False,
         )
         report = json.loads(rerun.stdout) if rerun.returncode == 0 else {}
-        want = _md5_tree(work / "download-src")
+        want = md5_tree(work / "download-src")
         results["download"] = {
             "complete_at_kill": done,
             "partial_files_at_kill": partial,
             "rerun_exit": rerun.returncode,
             "rerun_skipped": report.get("files_skipped"),
             "rerun_transferred": report.get("files_transferred"),
-            "files_md5_equal": sum(1 for k, v in _md5_tree(dst).items() if want.get(k) == v),
+            "files_md5_equal": sum(1 for k, v in md5_tree(dst).items() if want.get(k) == v),
             "files": len(want),
             "partial_files_left": len(list(dst.rglob(f"*{PARTIAL_SUFFIX}"))),
         }

@@ -12,7 +12,6 @@ machine, whatever happens to the test.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import subprocess
@@ -22,17 +21,8 @@ from typing import Any
 
 from stoker.errors import TransferError
 from stoker.storage import open_store
+from stoker.storage.checksum import md5_tree
 from stoker.storage.transfer import TransferConfig, download
-
-
-def _files(root: Path) -> dict[str, str]:
-    return {
-        p.relative_to(root).as_posix(): hashlib.md5(
-            p.read_bytes(), usedforsecurity=False
-        ).hexdigest()
-        for p in sorted(root.rglob("*"))
-        if p.is_file()
-    }
 
 
 def _mount(disk: Path, options: str) -> None:
@@ -65,13 +55,13 @@ def main() -> None:
             "failures": exc.failures,
             "cause": repr(exc.__cause__),
         }
-    out["first"]["left"] = _files(disk)
+    out["first"]["left"] = md5_tree(disk)
     _mount(disk, f"remount,size={spec['large']}")
     report = download(store, dst, config=TransferConfig(workers=4))
     out["rerun"] = {
         "transferred": report.files_transferred,
         "skipped": report.files_skipped,
-        "files": _files(dst),
+        "files": md5_tree(dst),
     }
     print(json.dumps(out))
 

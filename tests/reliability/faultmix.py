@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,17 +22,6 @@ def faulty_options(bucket: Any, proxy: NetProxy, faults: FaultConfig = FAULTS) -
     """Storage options that reach the bucket through the proxy, which now injects faults."""
     proxy.set_faults(faults)
     return bucket.options(proxy.endpoint, retry=RETRY, timeout_s=TIMEOUT_S)
-
-
-def md5_tree(root: Path) -> dict[str, str]:
-    """Relative path -> MD5 of every file under root."""
-    return {
-        p.relative_to(root).as_posix(): hashlib.md5(
-            p.read_bytes(), usedforsecurity=False
-        ).hexdigest()
-        for p in sorted(root.rglob("*"))
-        if p.is_file()
-    }
 
 
 def retries_logged(caplog: pytest.LogCaptureFixture) -> int:

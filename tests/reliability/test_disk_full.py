@@ -9,7 +9,6 @@ says why: it must not pass without having filled a disk.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from stoker.storage.checksum import md5_tree
 from stoker.storage.transfer import PARTIAL_SUFFIX, upload
 
 CHILD = Path(__file__).with_name("disk_full_child.py")
@@ -44,13 +44,7 @@ def test_download_onto_a_full_disk(s3_bucket, tmp_path: Path) -> None:
         (source / "small" / f"f{i:02d}.bin").write_bytes(os.urandom(60_000 + i))
     (source / "large.bin").write_bytes(os.urandom(6 * MiB))  # in parts; cannot fit at all
     upload(source, s3_bucket.store("data"))
-    expected = {
-        p.relative_to(source).as_posix(): hashlib.md5(
-            p.read_bytes(), usedforsecurity=False
-        ).hexdigest()
-        for p in source.rglob("*")
-        if p.is_file()
-    }
+    expected = md5_tree(source)
     disk = tmp_path / "disk"
     disk.mkdir()
     spec = {

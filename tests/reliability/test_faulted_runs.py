@@ -12,13 +12,14 @@ import os
 from pathlib import Path
 
 import numpy as np
-from faultmix import faulty_options, md5_tree, retries_logged
+from faultmix import faulty_options, retries_logged
 
 from stoker.format.reader import open_dataset
 from stoker.pack.packer import PackConfig, pack
 from stoker.pipeline.loader import Loader
 from stoker.pipeline.order import OrderConfig
 from stoker.storage import open_store
+from stoker.storage.checksum import md5_tree
 from stoker.storage.transfer import PARTIAL_SUFFIX, TransferConfig, download, upload
 from stoker.testing.images import write_image_folder
 

@@ -3,36 +3,19 @@
 from __future__ import annotations
 
 import io
-import struct
 from dataclasses import dataclass
 
 from PIL import Image
 
 from stoker.errors import SourceError
 from stoker.format import spec
+from stoker.format.imaging import PILLOW_ERRORS
 from stoker.format.spec import declared_image_size
 from stoker.pack.imagecheck import jpeg_size, png_size
 
 IMAGE_FIELDS = ("jpg", "png", "webp", "bmp", "gif", "tiff")
 #: Default ``ImagePolicy.max_pixels`` (Pillow's warning threshold, about 9,459 x 9,459).
 DEFAULT_MAX_PIXELS = spec.DEFAULT_MAX_PIXELS
-# What Pillow's format plugins raise on malformed files; all mean "cannot decode".
-_PILLOW_ERRORS = (
-    OSError,
-    SyntaxError,
-    ValueError,
-    TypeError,
-    IndexError,
-    KeyError,
-    EOFError,
-    ZeroDivisionError,
-    struct.error,
-    Image.DecompressionBombError,
-    # Pillow reports corrupt metadata with warnings; raised as errors (-W error) they mean
-    # the same, and must not escape as anything but "cannot decode".
-    Image.DecompressionBombWarning,
-    UserWarning,
-)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -129,5 +112,5 @@ def process_image(data: bytes, ext: str, policy: ImagePolicy, *, where: str) -> 
             return "jpg", out.getvalue()
     except SourceError:
         raise
-    except _PILLOW_ERRORS as exc:
+    except PILLOW_ERRORS as exc:
         raise SourceError(f"{where}: cannot decode image: {exc}") from exc

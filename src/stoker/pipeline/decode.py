@@ -12,36 +12,18 @@ from __future__ import annotations
 import io
 import math
 import random
-import struct
 from typing import Any
 
 import numpy as np
 from PIL import Image
 
 from stoker.format import spec
+from stoker.format.imaging import PILLOW_ERRORS
 from stoker.format.spec import declared_image_size
 from stoker.pipeline.transforms import PlannedTransform
 
 #: Default ``max_pixels``: images with more pixels are refused before decoding.
 DEFAULT_MAX_PIXELS = spec.DEFAULT_MAX_PIXELS
-
-# What Pillow's format plugins raise on malformed files, besides OSError; all mean the same.
-_PILLOW_ERRORS = (
-    OSError,
-    SyntaxError,
-    ValueError,
-    TypeError,
-    IndexError,
-    KeyError,
-    EOFError,
-    ZeroDivisionError,
-    struct.error,
-    Image.DecompressionBombError,
-    # Pillow reports corrupt metadata with warnings; raised as errors (-W error) they mean
-    # the same, and must not escape as anything but "cannot decode".
-    Image.DecompressionBombWarning,
-    UserWarning,
-)
 
 
 def is_jpeg(data: bytes | memoryview) -> bool:
@@ -155,7 +137,7 @@ def _pillow_rgb(data: bytes | memoryview, max_pixels: int) -> Any:
             return pil.convert("RGB")
     except _PixelLimitError:
         raise
-    except _PILLOW_ERRORS as exc:
+    except PILLOW_ERRORS as exc:
         raise ValueError(f"cannot decode image: {exc}") from exc
 
 

@@ -64,3 +64,10 @@ def etag_matches(path: Path, etag: str | None, *, part_size_bytes: int) -> bool 
             if multipart_etag(path, candidate) == etag:
                 return True
     return False if tried else None
+
+
+def md5_tree(root: Path) -> dict[str, str]:
+    """Relative POSIX path -> hex MD5 of every file under ``root`` (read in chunks)."""
+    return {
+        p.relative_to(root).as_posix(): md5_file(p) for p in sorted(root.rglob("*")) if p.is_file()
+    }
