@@ -402,7 +402,9 @@ def show_command(
 @click.option("--batch-size", type=click.IntRange(1), default=256, show_default=True)
 @click.option("--batches", type=click.IntRange(1), help="Stop after this many batches.")
 @click.option(
-    "--threads", type=click.IntRange(1), help="Decode threads (default: autotuned, from CPUs + 1)."
+    "--threads",
+    type=click.IntRange(1),
+    help="Decode threads (default: autotuned).",
 )
 @_with_transform_options
 @click.option(
@@ -567,7 +569,9 @@ def _compare(
 )
 @click.option("--batches", type=click.IntRange(1), help="Measure this many batches instead.")
 @click.option(
-    "--threads", type=click.IntRange(1), help="Decode threads (default: autotuned, from CPUs + 1)."
+    "--threads",
+    type=click.IntRange(1),
+    help="Decode threads (default: autotuned).",
 )
 @_with_transform_options
 @click.option(

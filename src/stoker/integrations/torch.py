@@ -35,19 +35,12 @@ def detect_world() -> tuple[int, int]:
     return 0, 1
 
 
-def to_tensors(batch: Mapping[str, Any], *, channels_last: bool = False) -> dict[str, Any]:
-    """Numpy arrays of a batch as tensors (no copy); images ``(N, H, W, 3)`` uint8, or
-    ``(N, 3, H, W)`` with ``channels_last`` memory format if asked."""
-    out: dict[str, Any] = {}
-    for name, value in batch.items():
-        if isinstance(value, np.ndarray):
-            tensor = torch.from_numpy(value)
-            if name == "image" and channels_last and tensor.ndim == 4:
-                tensor = tensor.permute(0, 3, 1, 2)
-            out[name] = tensor
-        else:
-            out[name] = value
-    return out
+def to_tensors(batch: Mapping[str, Any]) -> dict[str, Any]:
+    """Numpy arrays of a batch as tensors (no copy); images stay ``(N, H, W, 3)`` uint8."""
+    return {
+        name: torch.from_numpy(value) if isinstance(value, np.ndarray) else value
+        for name, value in batch.items()
+    }
 
 
 class StokerIterableDataset(IterableDataset[dict[str, Any]]):

@@ -29,6 +29,12 @@ from typing import Literal
 logger = logging.getLogger(__name__)
 
 
+def default_threads() -> int:
+    """Decode threads to start with: one per core (the I/O thread needs CPU too; autotune
+    may add one)."""
+    return os.cpu_count() or 1
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AutotuneConfig:
     """Budgets and pace of the autotuner.

@@ -34,7 +34,7 @@ from stoker.core.metrics import Stages, StageTotals, TraceEvent
 from stoker.core.units import format_bytes
 from stoker.errors import StokerError
 from stoker.format.reader import ShardDataset
-from stoker.pipeline.autotune import AutotuneConfig, Autotuner
+from stoker.pipeline.autotune import AutotuneConfig, Autotuner, default_threads
 from stoker.pipeline.cache import SampleCache
 from stoker.pipeline.decode import DEFAULT_MAX_PIXELS
 from stoker.pipeline.mixing import MixConfig, SourceShare
@@ -267,8 +267,7 @@ class Loader:
         self.rank, self.world_size = self.world.rank, self.world.world_size
         self.worker, self.num_workers = self.world.worker, self.world.num_workers
         self.drop_last = drop_last
-        # A decoder per core to start with: the I/O thread needs CPU too (autotune may add one).
-        self.num_threads = num_threads if isinstance(num_threads, int) else os.cpu_count() or 1
+        self.num_threads = num_threads if isinstance(num_threads, int) else default_threads()
         # Read groups in flight: enough for two batches ahead, at least two.
         group = self.order_config.block_size * self.order_config.group_blocks
         self.prefetch = (

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from stoker.core.metrics import StageTotals
 from stoker.core.units import format_bytes
+from stoker.pipeline.autotune import default_threads
 from stoker.pipeline.loader import Loader
 from stoker.pipeline.transforms import PlannedTransform
 from stoker.storage.cached import CachedStore
@@ -62,8 +63,8 @@ def advise(diagnosis: Diagnosis, loader: Loader) -> list[str]:
     advice = [f"Decoding takes {1000 * per:.1f} ms of thread time per sample."]
     if loader.num_threads < cores:
         advice.append(
-            f"More decode threads: Loader(num_threads={cores + 1}) (now {loader.num_threads}, "
-            f"on {cores} cores)."
+            f"More decode threads: Loader(num_threads={default_threads()}) "
+            f"(now {loader.num_threads}, on {cores} cores)."
         )
     elif load["cpu"] > 0.75:
         advice.append(

@@ -32,6 +32,7 @@ from typing import Any
 from stoker.format.foreign.base import SampleRef
 from stoker.format.foreign.imagefolder import ImageFolderReader
 from stoker.pack.packer import pack
+from stoker.pipeline.autotune import default_threads
 from stoker.pipeline.loader import Loader
 from stoker.pipeline.transforms import RandomResizedCrop
 from stoker.profile.baselines import download_one_by_one, download_parallel, timed_epoch
@@ -47,7 +48,7 @@ class CompareConfig:
         limit: Files used (an evenly spaced sample when the folder holds more).
         batch_size: Samples per batch.
         size: Output side of the ``RandomResizedCrop``.
-        threads: Decode threads of the local epochs and of the loader (default: CPUs + 1).
+        threads: Decode threads of the local epochs and of the loader (default: one per CPU).
         download_workers: Files in flight for the parallel download.
         stream_workers: Workers of the per-object stream, each doing GET then decode.
         sequential_limit: Files the one-by-one download is timed on.
@@ -242,7 +243,7 @@ def compare_methods(
     """
     config = config or CompareConfig()
     say = log or (lambda _line: None)
-    threads = config.threads or (os.cpu_count() or 1) + 1
+    threads = config.threads or default_threads()
     if next(iter(open_store(pack_to, storage_options=storage_options).list("")), None):
         raise ValueError(f"{pack_to}: not empty; give an empty location to pack into")
     reader = ImageFolderReader(url, storage_options=storage_options)
