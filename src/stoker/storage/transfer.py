@@ -68,8 +68,9 @@ class TransferConfig:
             one of them if any are given.
         exclude: Glob patterns; a file that matches one is left out.
         resume: Skip files that are already complete at the destination.
-        verify: Check each transferred file against the object's ETag where it is an MD5
-            (single-part) or a multipart ETag whose part size can be found.
+        verify: Check each downloaded file against the object's ETag where it is an MD5
+            (single-part uploads). A multipart ETag is not checked: it depends on a part
+            size the listing does not say, and a wrong guess would fail a good file.
         list_ahead: Most objects a download lists ahead of the files it has started; bounds
             its memory on buckets of millions of objects.
     """
