@@ -102,3 +102,22 @@ def test_periodic_log_line(dataset_url: str, caplog: pytest.LogCaptureFixture) -
 def test_a_dataset_path_opens_once(tmp_path: Path, dataset_url: str) -> None:
     with Loader(dataset_url, batch_size=16) as loader:
         assert loader.stats().requests["requests.get"] == 2  # index.json and index.bin
+
+
+def test_since_gives_what_happened_between_two_snapshots(dataset_url: str) -> None:
+    with Loader(dataset_url, batch_size=16, transform=RandomResizedCrop(16)) as loader:
+        it = iter(loader)
+        next(it)
+        before = loader.stats()
+        rest = sum(len(batch["label"]) for batch in it)
+        after = loader.stats()
+    done = after.since(before)
+    assert done.samples == rest == 48
+    assert done.batches == 3
+    assert done.stages["collate"].items == 48
+    assert done.stages["collate"].calls == after.stages["collate"].calls - 1
+    assert "index" not in done.stages  # did not move
+    assert (
+        done.requests.get("requests.get", 0)
+        == after.requests["requests.get"] - before.requests["requests.get"]
+    )

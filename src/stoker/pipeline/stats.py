@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from stoker.core.metrics import StageTotals
 from stoker.core.pricing import EpochCost, StoragePrices
@@ -43,6 +43,44 @@ class LoaderStats:
     threads: int = 0
     prefetch: int = 0
     autotune: str = "fixed"
+
+    def since(self, before: LoaderStats) -> LoaderStats:
+        """What happened between the snapshot ``before`` and this one.
+
+        Counts, stages, requests and cache counters are differences (those that did not
+        move are left out); skipped samples are the new ones; settings are this one's.
+        """
+        empty = StageTotals()
+        stages = {}
+        for name, now in self.stages.items():
+            then = before.stages.get(name, empty)
+            if now.calls != then.calls:
+                stages[name] = StageTotals(
+                    now.seconds - then.seconds,
+                    now.calls - then.calls,
+                    now.items - then.items,
+                    now.bytes - then.bytes,
+                )
+        requests = {
+            k: v - before.requests.get(k, 0)
+            for k, v in self.requests.items()
+            if v != before.requests.get(k, 0)
+        }
+        return replace(
+            self,
+            samples=self.samples - before.samples,
+            batches=self.batches - before.batches,
+            skipped=self.skipped[len(before.skipped) :],
+            padded=self.padded - before.padded,
+            cache_hits=self.cache_hits - before.cache_hits,
+            requests=requests,
+            disk_cache={
+                k: v - before.disk_cache.get(k, 0)
+                for k, v in self.disk_cache.items()
+                if v != before.disk_cache.get(k, 0)
+            },
+            stages=stages,
+        )
 
     def _seconds(self, stage: str) -> float:
         totals = self.stages.get(stage)

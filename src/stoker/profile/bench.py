@@ -24,6 +24,7 @@ class BenchResult:
         requests_per_sample: GET requests per delivered sample.
         wait_share: Share of the time the consumer waited on the pipeline.
         peak_rss_mb: Peak resident memory of this process.
+        requests: GET requests made.
     """
 
     samples: int
@@ -35,6 +36,7 @@ class BenchResult:
     requests_per_sample: float
     wait_share: float
     peak_rss_mb: float
+    requests: int
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
@@ -55,9 +57,9 @@ def bench_loader(loader: Loader, *, max_batches: int | None = None) -> BenchResu
         if max_batches is not None and batches >= max_batches:
             break
     seconds = time.perf_counter() - started
-    after = loader.stats()
-    read = after.requests.get("bytes.read", 0) - before.requests.get("bytes.read", 0)
-    gets = after.requests.get("requests.get", 0) - before.requests.get("requests.get", 0)
+    done = loader.stats().since(before)
+    read = done.requests.get("bytes.read", 0)
+    gets = done.requests.get("requests.get", 0)
     rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return BenchResult(
         samples=samples,
@@ -67,6 +69,7 @@ def bench_loader(loader: Loader, *, max_batches: int | None = None) -> BenchResu
         images_per_s=samples / seconds if seconds > 0 else 0.0,
         bytes_per_sample=read / samples if samples else 0.0,
         requests_per_sample=gets / samples if samples else 0.0,
-        wait_share=(after.wait_s - before.wait_s) / seconds if seconds > 0 else 0.0,
+        wait_share=done.wait_s / seconds if seconds > 0 else 0.0,
+        requests=gets,
         peak_rss_mb=rss_kb / 1024,
     )

@@ -36,6 +36,7 @@ from stoker.pipeline.autotune import default_threads
 from stoker.pipeline.loader import Loader
 from stoker.pipeline.transforms import RandomResizedCrop
 from stoker.profile.baselines import download_one_by_one, download_parallel, timed_epoch
+from stoker.profile.bench import bench_loader
 from stoker.storage import open_store, parse_url
 from stoker.storage.transfer import safe_local_path
 
@@ -379,15 +380,10 @@ def _pack_and_stream(
         num_threads=threads,
         storage_options=storage_options,
     ) as loader:
-        first = 0.0
-        images = 0
-        gets_before = loader.stats().requests.get("requests.get", 0)  # after the index
-        for batch in loader:
-            if not first:
-                first = time.perf_counter() - started
-            images += len(batch["label"])
-        epoch = time.perf_counter() - started
-        gets = loader.stats().requests.get("requests.get", 0) - gets_before
+        open_s = time.perf_counter() - started
+        result = bench_loader(loader)  # GETs counted after the index was read
+    first, epoch = open_s + result.first_batch_s, open_s + result.seconds
+    images, gets = result.samples, result.requests
     say(f"    stoker Loader epoch: {epoch:.1f} s")
     return CompareRow(
         method="(d) pack, then stream the shards",

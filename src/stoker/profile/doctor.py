@@ -132,17 +132,6 @@ class Diagnosis:
         }
 
 
-def _minus(after: dict[str, StageTotals], before: dict[str, StageTotals]) -> dict[str, StageTotals]:
-    empty = StageTotals()
-    out = {}
-    for name, a in after.items():
-        b = before.get(name, empty)
-        out[name] = StageTotals(
-            a.seconds - b.seconds, a.calls - b.calls, a.items - b.items, a.bytes - b.bytes
-        )
-    return {k: v for k, v in out.items() if v.calls}
-
-
 def _simulate_step(step_s: float, step: str) -> None:
     if step_s <= 0:
         return
@@ -260,12 +249,8 @@ def diagnose(
             "use a smaller batch size or fewer warm-up batches"
         )
     window = window_end - window_start
-    stages = _minus(after.stages, before.stages)
-    requests = {
-        k: v - before.requests.get(k, 0)
-        for k, v in after.requests.items()
-        if v - before.requests.get(k, 0)
-    }
+    done = after.since(before)
+    stages, requests = done.stages, done.requests
     return _conclude(
         loader,
         _Measured(
