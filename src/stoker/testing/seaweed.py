@@ -35,6 +35,11 @@ SEAWEEDFS_VERSION = "4.48"
 ACCESS_KEY = "stoker-test"
 SECRET_KEY = "stoker-test-secret"  # noqa: S105 - a loopback test server's fixed key
 REGION = "us-east-1"
+# Every bucket is a SeaweedFS collection with at least one volume of its own. Left to itself,
+# ``weed mini`` allows (free disk / volume size) volumes: about one per free GiB, so a test
+# session that makes more buckets than the disk has free GiB got HTTP 500 on every PUT to the
+# later ones. Volumes are not preallocated, so a fixed, generous count costs no disk.
+MAX_VOLUMES = 1000
 
 
 class ServerError(StokerError):
@@ -201,6 +206,7 @@ class SeaweedServer:
             f"-master.port.grpc={mg}",
             f"-volume.port={v}",
             f"-volume.port.grpc={vg}",
+            f"-volume.max={MAX_VOLUMES}",
             f"-filer.port={f}",
             f"-filer.port.grpc={fg}",
             f"-admin.port={a}",
