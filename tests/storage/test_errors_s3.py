@@ -51,6 +51,10 @@ def test_retries_give_up_with_a_clear_error(s3_bucket, proxy: NetProxy) -> None:
     with pytest.raises(Exception, match="always-503") as info:
         store.get("always-503")
     assert "gave up" in str(info.value)
+    # The XML body's code and message, not obstore's first line (which ends at "<?xml ...?>").
+    assert "HTTP 503" in str(info.value)
+    assert "SlowDown" in str(info.value)
+    assert "<?xml" not in str(info.value)
     assert store.counters.get("retries") == 2
 
 

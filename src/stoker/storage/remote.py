@@ -36,6 +36,27 @@ T = TypeVar("T")
 
 _LIST_PAGE = 1000
 _XML_CODE = re.compile(r"<Code>([^<]+)</Code>")
+_XML_MESSAGE = re.compile(r"<Message>([^<]+)</Message>")
+_XML_REQUEST_ID = re.compile(r"<RequestId>([^<]+)</RequestId>")
+_HTTP_STATUS = re.compile(r"status code: (\d{3}[^:<]*)")
+
+
+def summarise_error(text: str) -> str:
+    """One line for an S3 error: the HTTP status, the XML error's code, message and request
+    id where the body has them (obstore's first line ends just before the body), else the
+    first line of the text."""
+    status = _HTTP_STATUS.search(text)
+    code = _XML_CODE.search(text)
+    if status is None or code is None:
+        return text.split("\n", 1)[0][:300]
+    message = _XML_MESSAGE.search(text)
+    request_id = _XML_REQUEST_ID.search(text)
+    line = f"HTTP {status.group(1).strip()}: {code.group(1)}"
+    if message:
+        line += f": {message.group(1)}"
+    if request_id:
+        line += f" (request id {request_id.group(1)})"
+    return line[:400]
 
 
 class _RangeBeyondEnd(Exception):
@@ -163,7 +184,7 @@ class ObstoreStore:
                 f"{op.upper()} {where}: no complete response from {self._endpoint} within "
                 f"timeout_s={self._options.timeout_s:g} (gave up after retrying)"
             )
-        summary = text.split("\n", 1)[0][:300]
+        summary = summarise_error(text)
         if kind in RETRYABLE:
             return RetriesExhaustedError(f"{op.upper()} {where}: gave up after retries: {summary}")
         return StorageError(f"{op.upper()} {where} failed: {summary}")
