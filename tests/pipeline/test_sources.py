@@ -124,6 +124,27 @@ def test_windows_are_consecutive_records_once_per_epoch(frames: str) -> None:
         assert batch["key"] == [dataset.index.keys[r] for r in batch["records"][:, 0]]
 
 
+def test_windows_keep_to_their_key_directory(tmp_path: Path) -> None:
+    # 50 frames in three folders (17, 17, 16), two shards of 25: the second folder spans the
+    # shard boundary, which cross_shards lets windows cross; folder boundaries still hold.
+    clips = _pack(tmp_path, "clips", 50, per_shard=25)
+    keys = open_dataset(clips).index.keys
+    folder = [k.rpartition("/")[0] for k in keys]
+    window = WindowConfig(size=4, shift=3, cross_shards=True, sequences="dirname")
+    with Loader(clips, batch_size=4, window=window, transform=CenterCrop(8)) as loader:
+        records = np.concatenate([b["records"] for b in _epoch(loader)])
+    expected = []
+    for name in dict.fromkeys(folder):
+        members = [r for r, f in enumerate(folder) if f == name]
+        assert members == list(range(members[0], members[-1] + 1))  # packed together
+        expected += list(range(members[0], members[-1] + 1 - 3, 3))
+    assert sorted(records[:, 0].tolist()) == expected
+    for row in records.tolist():
+        assert len({folder[r] for r in row}) == 1
+    assert {folder[r] for r in records[:, 0]} == set(folder)
+    assert any(r[0] < 25 <= r[-1] for r in records.tolist())  # one crosses the shard cut
+
+
 def test_a_window_shares_one_augmentation(tmp_path: Path) -> None:
     # Identical frames: the same crop and flip for every frame gives identical outputs.
     write_image_folder(tmp_path / "src", files=1, classes=1, width=64, height=48)

@@ -143,7 +143,8 @@ class Loader:
         window: Make each unit a window of consecutive records
             (:class:`~stoker.pipeline.windows.WindowConfig`): ``image`` is then
             ``(N, size, H, W, 3)`` (one augmentation per window), ``label`` ``(N, size)``,
-            and ``records`` holds the record ids.
+            and ``records`` holds the record ids. ``WindowConfig(sequences="dirname")``
+            keeps windows within the folder their records were packed from.
         side_tables: Arrays with one row per sample that live once in the store, as
             ``{name: URL of a .npy file}``; each batch gets ``batch[name]`` with its rows,
             read by ranged GETs (through the disk cache, if any).

@@ -36,7 +36,13 @@ from stoker.format.reader import ShardDataset, open_dataset
 from stoker.format.sidetable import SideTable, open_side_table
 from stoker.pipeline.mixing import MixConfig, MixedOrder, mixed_epoch_order, source_counts
 from stoker.pipeline.order import EpochOrder, OrderConfig, epoch_order
-from stoker.pipeline.windows import WindowConfig, window_epoch_order, window_records, window_starts
+from stoker.pipeline.windows import (
+    WindowConfig,
+    dirname_sequence_ids,
+    window_epoch_order,
+    window_records,
+    window_starts,
+)
 from stoker.storage.cache import DiskCache
 from stoker.storage.cached import CachedStore
 from stoker.storage.open import open_store
@@ -257,7 +263,8 @@ class WindowSource:
     Args:
         source: The dataset source of records.
         window: Window size, shift and stride.
-        sequence_ids: One id per record; no window crosses a change of id.
+        sequence_ids: One id per record; no window crosses a change of id. Default: from
+            ``window.sequences`` (``"dirname"``: the records' key directories), else none.
     """
 
     def __init__(
@@ -268,6 +275,8 @@ class WindowSource:
     ) -> None:
         self.source = source
         self.window = window
+        if sequence_ids is None and window.sequences == "dirname":
+            sequence_ids = dirname_sequence_ids(source.dataset.index.keys)
         self.starts = window_starts(source.shard_sizes, window, sequence_ids)
         if not len(self.starts):
             raise ValueError(

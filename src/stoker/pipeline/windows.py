@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
@@ -36,12 +37,17 @@ class WindowConfig:
         stride: Records between consecutive records of one window (1: adjacent records).
         cross_shards: Let a window run from one shard into the next (sequence boundaries
             still hold).
+        sequences: Where sequences end. ``None``: records form one sequence (only shards
+            cut it). ``"dirname"``: a record's sequence is its key up to the last ``/``, so
+            frames packed from ``clips/<clip>/<frame>.jpg`` keep to their clip. (Any other
+            per-record ids: a :class:`~stoker.pipeline.sources.WindowSource` takes them.)
     """
 
     size: int
     shift: int | None = None
     stride: int = 1
     cross_shards: bool = False
+    sequences: Literal["dirname"] | None = None
 
     def __post_init__(self) -> None:
         if self.size < 1:
@@ -50,6 +56,8 @@ class WindowConfig:
             raise ValueError(f"shift must be >= 1, got {self.shift}")
         if self.stride < 1:
             raise ValueError(f"stride must be >= 1, got {self.stride}")
+        if self.sequences not in (None, "dirname"):
+            raise ValueError(f"sequences must be None or 'dirname', got {self.sequences!r}")
 
     @property
     def step(self) -> int:
@@ -99,6 +107,20 @@ def window_starts(
     number = np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(before, counts)
     starts: np.ndarray = np.repeat(first, counts) + number * config.step
     return starts
+
+
+def dirname_sequence_ids(keys: Sequence[str]) -> np.ndarray:
+    """One id per record: equal for records whose keys share the part before the last ``/``.
+
+    Ids are numbered in order of first appearance; a sequence whose records are not
+    adjacent is cut wherever another sequence's records come between.
+    """
+    first_seen: dict[str, int] = {}
+    return np.fromiter(
+        (first_seen.setdefault(key.rpartition("/")[0], len(first_seen)) for key in keys),
+        dtype=np.int64,
+        count=len(keys),
+    )
 
 
 def windows_per_shard(shard_sizes: Sequence[int], starts: np.ndarray) -> np.ndarray:
