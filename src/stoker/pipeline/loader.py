@@ -8,7 +8,8 @@ The read path, for one rank (and one loader worker):
    samples, one coalesced ranged GET per block), ``prefetch`` chunks ahead, on the store's
    I/O engine, through an optional in-memory cache.
 3. Each batch's samples are decoded and transformed by a thread pool (the decoders release
-   the GIL) straight into a preallocated ``(N, H, W, 3)`` uint8 array.
+   the GIL) straight into a preallocated ``(N, H, W, 3)`` uint8 array
+   (:class:`~stoker.pipeline.batching.BatchAssembler`).
 
 Resume state is a few integers (:meth:`Loader.state_dict`); what is not restored is said
 in :meth:`Loader.load_state_dict`.
@@ -17,14 +18,12 @@ in :meth:`Loader.load_state_dict`.
 from __future__ import annotations
 
 import logging
-import math
 import os
-import threading
 import time
 from collections import Counter, deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from concurrent.futures import Future
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -32,9 +31,9 @@ import numpy as np
 
 from stoker.core.metrics import Stages, StageTotals, TraceEvent
 from stoker.core.units import format_bytes
-from stoker.errors import StokerError
 from stoker.format.reader import ShardDataset
 from stoker.pipeline.autotune import AutotuneConfig, Autotuner, default_threads
+from stoker.pipeline.batching import BatchAssembler, PendingBatch
 from stoker.pipeline.cache import SampleCache
 from stoker.pipeline.decode import DEFAULT_MAX_PIXELS
 from stoker.pipeline.mixing import MixConfig, SourceShare
@@ -48,14 +47,8 @@ from stoker.pipeline.sources import (
     open_source,
 )
 from stoker.pipeline.stats import LoaderStats
-from stoker.pipeline.transforms import PlannedTransform
 from stoker.pipeline.windows import WindowConfig
-from stoker.pipeline.workers import (
-    DEFAULT_SAMPLE_BYTES,
-    ProcessDecoder,
-    SampleDecoder,
-    slice_batch,
-)
+from stoker.pipeline.workers import SampleDecoder
 from stoker.pipeline.world import World
 from stoker.storage.cached import CachedStore
 from stoker.storage.engine import IOEngine
@@ -113,20 +106,6 @@ class _ReadAhead:
             and len(chunks) >= len(self.chunks)
             and all(np.array_equal(a, b) for a, b in zip(self.chunks, chunks, strict=False))
         )
-
-
-class _ThreadSeconds(threading.local):
-    seconds = 0.0
-
-
-@dataclass(slots=True)
-class _PendingBatch:
-    ids: np.ndarray
-    raw: list[dict[str, Any]]
-    out: np.ndarray | None
-    tasks: list[Future[list[tuple[int, Any]]]]
-    slot: int | None = None  # process mode: the batch's arena slot
-    process_tasks: list[int] = field(default_factory=list)
 
 
 class Loader:
@@ -248,10 +227,6 @@ class Loader:
                 ),
             )
         self.dataset = self.source.datasets[0]
-        # A unit is one image, or a window of `size` frames.
-        self._unit_shape: tuple[int, ...] = (
-            (self.source.window.size,) if isinstance(self.source, WindowSource) else ()
-        )
         self._last_order: tuple[int, EpochOrder] | None = None
         base = order or _default_order(self.source)
         self.order_config = OrderConfig(
@@ -290,16 +265,23 @@ class Loader:
         self._position = 0  # batches of this rank's epoch already delivered
         self._segments: list[Segment] = []  # earlier world sizes in this epoch
         self._stats = LoaderStats()
-        self._pool: ThreadPoolExecutor | None = None  # decodes samples
-        self._pools_made = 0
         self._epochs_run = 0  # whole epochs this loader has delivered
         self._ahead: _ReadAhead | None = None
-        self._planned = isinstance(transform, PlannedTransform)
         self.log_every_s = log_every_s
-        self._transform_s = _ThreadSeconds()  # a user transform's time, per decode thread
         self.method = method
-        self._decoder = SampleDecoder(transform, seed, max_pixels)
-        self._processes: ProcessDecoder | None = None
+        self._batches = BatchAssembler(
+            SampleDecoder(transform, seed, max_pixels),
+            stages=self.stages,
+            url=self.source.url,
+            extra_fields=self.source.extra_fields,
+            # A unit is one image, or a window of `size` frames.
+            unit_shape=(
+                (self.source.window.size,) if isinstance(self.source, WindowSource) else ()
+            ),
+            threads=self.num_threads,
+            method=method,
+            on_error=on_error,
+        )
         self._last_log = (time.perf_counter(), 0)  # (when, samples then)
         groups = self._order().groups
         if groups < self.world_size * self.num_workers and self.rank == 0 and self.worker == 0:
@@ -462,12 +444,8 @@ class Loader:
         waited = self.stages.snapshot().get("wait.fetch", StageTotals()).seconds
         tuner.observe(now, self._stats.samples, waited)
         self.prefetch = tuner.prefetch
-        if tuner.threads != self.num_threads:
-            self.num_threads = tuner.threads
-            # A new pool of the new size; the old one finishes its tasks and goes.
-            old, self._pool = self._pool, self._new_pool()
-            if old is not None:
-                old.shutdown(wait=False)
+        self.num_threads = tuner.threads
+        self._batches.resize(tuner.threads)
 
     def _maybe_log(self, now: float) -> None:
         if self.log_every_s is None or now - self._last_log[0] < self.log_every_s:
@@ -502,26 +480,8 @@ class Loader:
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         batches, mine = self._plan(self._share(), self._position)
-        if self._pool is None:
-            self._pool = self._new_pool()
-        if self.method == "process" and self._processes is None:
-            fixed = self.transform.output_size if self._planned else None
-            frames = math.prod(self._unit_shape)
-            self._processes = ProcessDecoder(
-                self._decoder,
-                processes=self.num_threads,
-                slots=self._decode_depth + 1,
-                batch_size=self.batch_size,
-                sample_bytes=frames * (fixed[0] * fixed[1] * 3 if fixed else DEFAULT_SAMPLE_BYTES),
-                queue_depth=(self._decode_depth + 1) * self.num_threads,
-            )
+        self._batches.start_workers(batch_size=self.batch_size, depth=self._decode_depth)
         return self._run(batches, mine)
-
-    def _new_pool(self) -> ThreadPoolExecutor:
-        # Each pool its own thread names, so a timeline never mixes two pools' threads.
-        self._pools_made += 1
-        suffix = "" if self._pools_made == 1 else f"-{self._pools_made}"
-        return ThreadPoolExecutor(self.num_threads, thread_name_prefix=f"stoker-decode{suffix}")
 
     def _fetch_plan(self, batches: list[np.ndarray], mine: list[int]) -> list[np.ndarray]:
         # Chunks of whole read groups, so each block is requested once.
@@ -547,7 +507,7 @@ class Loader:
         fetched: dict[int, dict[str, Any]] = {}
         # Padding can repeat a sample: keep it until its last use in this stream.
         uses = Counter(int(i) for b in mine for i in batches[b])
-        decodes: deque[tuple[int, _PendingBatch]] = deque()
+        decodes: deque[tuple[int, PendingBatch]] = deque()
 
         # Until the first batch is out, fetch only the chunks it needs: requests in flight
         # share the link, so fetching further ahead would only delay it.
@@ -590,10 +550,10 @@ class Loader:
                     uses[int(i)] -= 1
                     if uses[int(i)] == 0:
                         del fetched[int(i)]
-                decodes.append((number, self._start_batch(ids, raw)))
+                decodes.append((number, self._batches.start(ids, raw, self.epoch)))
                 pending.popleft()
             number, pending_batch = decodes.popleft()
-            batch = self._finish_batch(pending_batch)
+            batch = self._batches.finish(pending_batch, self._stats.skipped)
             self._stats.batches += 1
             self._stats.samples += len(batch["label"])
             self._position = number + 1
@@ -657,133 +617,13 @@ class Loader:
         )
         return found
 
-    def _start_batch(self, ids: np.ndarray, raw: list[dict[str, Any]]) -> _PendingBatch:
-        """Submit a batch's decoding: one task per thread (or process), each a slice."""
-        fixed = self.transform.output_size if self._planned else None
-        out = np.empty((len(raw), *self._unit_shape, *fixed, 3), dtype=np.uint8) if fixed else None
-        slices = slice_batch(len(raw), self.num_threads)
-        pool = self._pool
-        if pool is None:
-            raise RuntimeError("internal error: decoding without a thread pool")
-        if self._processes is not None:
-            slot = self._processes.acquire_slot()
-            numbers = [
-                self._processes.submit(slot, self.epoch, [(n, int(ids[n]), raw[n]) for n in part])
-                for part in slices
-            ]
-            return _PendingBatch(ids, raw, out, [], slot, numbers)
-        tasks = [
-            pool.submit(self._decode_slice, ids, raw, out, part.start, part.stop) for part in slices
-        ]
-        return _PendingBatch(ids, raw, out, tasks)
-
-    def _collect(self, pending: _PendingBatch) -> list[list[tuple[int, Any]]]:
-        if self._processes is None or pending.slot is None:
-            return [task.result() for task in pending.tasks]
-        done = []
-        try:
-            for number in pending.process_tasks:
-                results, seconds = self._processes.collect(number, pending.slot)
-                self.stages.record("decode", seconds, items=len(results), lane="processes")
-                if pending.out is not None:
-                    for n, value in results:
-                        if isinstance(value, np.ndarray):
-                            pending.out[n] = value
-                done.append(results)
-        finally:
-            self._processes.release_slot(pending.slot)
-        return done
-
-    def _finish_batch(self, pending: _PendingBatch) -> dict[str, Any]:
-        """Wait for a batch's decoding and assemble it (skipping or raising on bad samples)."""
-        raw = pending.raw
-        keep: list[int] = []
-        images: list[Any] = []
-        with self.stages.time("wait.decode", items=len(raw)):
-            done = self._collect(pending)
-        started = time.perf_counter()
-        for results in done:
-            for n, result in results:
-                if isinstance(result, ValueError):
-                    if self.on_error == "raise":
-                        key = raw[n]["key"]
-                        # Keep the error's kind (CorruptShardError, ...) for callers' except.
-                        kind = type(result) if isinstance(result, StokerError) else ValueError
-                        raise kind(f"{self.source.url}: sample {key!r}: {result}") from result
-                    self._stats.skipped.append((raw[n]["key"], str(result)))
-                    continue
-                images.append(result)
-                keep.append(n)
-        batch: dict[str, Any] = {
-            "label": np.array([raw[n]["label"] for n in keep], dtype=np.int64),
-            "key": [raw[n]["key"] for n in keep],
-            "index": np.asarray(pending.ids, dtype=np.int64)[keep],
-        }
-        for name in self.source.extra_fields:
-            values = [raw[n][name] for n in keep]
-            batch[name] = np.stack(values) if values else np.zeros(0)
-        out = pending.out
-        if out is not None:
-            batch["image"] = out if len(keep) == len(raw) else out[keep]
-        elif images and all(
-            isinstance(x, np.ndarray) and x.shape == images[0].shape for x in images
-        ):
-            batch["image"] = np.stack(images)
-        else:
-            batch["image"] = images
-        self.stages.record(
-            "collate", time.perf_counter() - started, start_s=started, items=len(keep)
-        )
-        return batch
-
-    def _decode_slice(
-        self,
-        ids: np.ndarray,
-        raw: list[dict[str, Any]],
-        out: np.ndarray | None,
-        first: int,
-        stop: int,
-    ) -> list[tuple[int, Any]]:
-        started = time.perf_counter()
-        results: list[tuple[int, Any]] = []
-        self._transform_s.seconds = 0.0
-        for n in range(first, stop):
-            try:
-                value = self._decode_one(int(ids[n]), raw[n], None if out is None else out[n])
-                results.append((n, value))
-            except ValueError as exc:
-                results.append((n, exc))
-        seconds = time.perf_counter() - started
-        spent = self._transform_s.seconds
-        self.stages.record("decode", seconds - spent, start_s=started, items=stop - first)
-        if spent:  # drawn after the slice's decodes on a timeline
-            self.stages.record(
-                "transform", spent, start_s=started + seconds - spent, items=stop - first
-            )
-        return results
-
-    def _decode_one(self, index: int, sample: dict[str, Any], out: np.ndarray | None) -> Any:
-        if self._planned or self.transform is None:
-            return self._decoder(index, self.epoch, sample, out)
-        # A user transform: time it apart from decoding (the decoder calls it last).
-        started = time.perf_counter()
-        try:
-            return self._decoder(index, self.epoch, sample, out)
-        finally:
-            self._transform_s.seconds += time.perf_counter() - started
-
     def close(self) -> None:
         """Stop the decode threads (or processes) and close the disk cache's files.
 
         Iterating again starts them anew.
         """
         self._ahead = None
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
-        if self._processes is not None:
-            self._processes.close()
-            self._processes = None
+        self._batches.close()
         for dataset in self.source.datasets:
             if isinstance(dataset.store, CachedStore):
                 dataset.store.cache.close()

@@ -1,0 +1,261 @@
+"""From fetched samples to a batch: parallel decode and transform, then collate.
+
+:class:`BatchAssembler` is the Loader's decode side. :meth:`~BatchAssembler.start` cuts a
+batch into one slice per decode thread (or worker process) and submits them;
+:meth:`~BatchAssembler.finish` waits for them and assembles the batch dict, raising on an
+undecodable sample or skipping it. Batches with a fixed output size are decoded straight
+into one preallocated ``(N, *unit, H, W, 3)`` uint8 array.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from stoker.core.metrics import Stages
+from stoker.errors import StokerError
+from stoker.pipeline.workers import (
+    DEFAULT_SAMPLE_BYTES,
+    ProcessDecoder,
+    SampleDecoder,
+    slice_batch,
+)
+
+
+class _ThreadSeconds(threading.local):
+    seconds = 0.0
+
+
+@dataclass(slots=True)
+class PendingBatch:
+    """A batch whose decoding was submitted."""
+
+    ids: np.ndarray
+    raw: list[dict[str, Any]]
+    out: np.ndarray | None
+    tasks: list[Future[list[tuple[int, Any]]]]
+    slot: int | None = None  # process mode: the batch's arena slot
+    process_tasks: list[int] = field(default_factory=list)
+
+
+class BatchAssembler:
+    """Decodes batches on a thread pool (or worker processes) and collates them.
+
+    Args:
+        decoder: Decodes and transforms one sample.
+        stages: Where decode, transform, collate and the wait for decoding are timed.
+        url: The dataset, for error messages.
+        extra_fields: Fields copied from the samples into the batch (side tables, ...).
+        unit_shape: ``()`` for images, ``(size,)`` for windows of ``size`` records.
+        threads: Decode threads (or processes).
+        method: ``"thread"`` or ``"process"``.
+        on_error: ``"raise"`` on an undecodable sample, or ``"skip"`` it.
+    """
+
+    def __init__(
+        self,
+        decoder: SampleDecoder,
+        *,
+        stages: Stages,
+        url: str,
+        extra_fields: tuple[str, ...],
+        unit_shape: tuple[int, ...],
+        threads: int,
+        method: Literal["thread", "process"],
+        on_error: Literal["raise", "skip"],
+    ) -> None:
+        self.decoder = decoder
+        self.stages = stages
+        self.url = url
+        self.extra_fields = extra_fields
+        self.unit_shape = unit_shape
+        self.threads = threads
+        self.method = method
+        self.on_error = on_error
+        self._fixed = decoder.transform.output_size if decoder.planned else None
+        self._pool: ThreadPoolExecutor | None = None
+        self._pools_made = 0
+        self._processes: ProcessDecoder | None = None
+        self._transform_s = _ThreadSeconds()  # a user transform's time, per decode thread
+
+    def start_workers(self, *, batch_size: int, depth: int) -> None:
+        """Start the thread pool (and worker processes) unless running.
+
+        Args:
+            batch_size: Most samples per batch.
+            depth: Batches decoding at once (process mode sizes its shared memory by it).
+        """
+        if self._pool is None:
+            self._pool = self._new_pool()
+        if self.method == "process" and self._processes is None:
+            frames = math.prod(self.unit_shape)
+            fixed = self._fixed
+            self._processes = ProcessDecoder(
+                self.decoder,
+                processes=self.threads,
+                slots=depth + 1,
+                batch_size=batch_size,
+                sample_bytes=frames * (fixed[0] * fixed[1] * 3 if fixed else DEFAULT_SAMPLE_BYTES),
+                queue_depth=(depth + 1) * self.threads,
+            )
+
+    def resize(self, threads: int) -> None:
+        """Decode with ``threads`` threads from the next batch on (thread mode)."""
+        if threads == self.threads:
+            return
+        self.threads = threads
+        if self._pool is not None:
+            # A new pool of the new size; the old one finishes its tasks and goes.
+            old, self._pool = self._pool, self._new_pool()
+            old.shutdown(wait=False)
+
+    def _new_pool(self) -> ThreadPoolExecutor:
+        # Each pool its own thread names, so a timeline never mixes two pools' threads.
+        self._pools_made += 1
+        suffix = "" if self._pools_made == 1 else f"-{self._pools_made}"
+        return ThreadPoolExecutor(self.threads, thread_name_prefix=f"stoker-decode{suffix}")
+
+    def start(self, ids: np.ndarray, raw: list[dict[str, Any]], epoch: int) -> PendingBatch:
+        """Submit a batch's decoding: one task per thread (or process), each a slice."""
+        fixed = self._fixed
+        out = np.empty((len(raw), *self.unit_shape, *fixed, 3), dtype=np.uint8) if fixed else None
+        slices = slice_batch(len(raw), self.threads)
+        if self._processes is not None:
+            slot = self._processes.acquire_slot()
+            numbers = [
+                self._processes.submit(slot, epoch, [(n, int(ids[n]), raw[n]) for n in part])
+                for part in slices
+            ]
+            return PendingBatch(ids, raw, out, [], slot, numbers)
+        pool = self._pool
+        if pool is None:
+            raise RuntimeError("internal error: decoding before start_workers()")
+        tasks = [
+            pool.submit(self._decode_slice, ids, epoch, raw, out, part.start, part.stop)
+            for part in slices
+        ]
+        return PendingBatch(ids, raw, out, tasks)
+
+    def finish(self, pending: PendingBatch, skipped: list[tuple[str, str]]) -> dict[str, Any]:
+        """Wait for a batch's decoding and assemble it.
+
+        Args:
+            pending: From :meth:`start`.
+            skipped: Where ``(key, reason)`` of each skipped sample is appended.
+
+        Raises:
+            ValueError: An undecodable sample, with ``on_error="raise"`` (a
+                :class:`~stoker.errors.StokerError` subclass keeps its kind).
+        """
+        raw = pending.raw
+        keep: list[int] = []
+        images: list[Any] = []
+        with self.stages.time("wait.decode", items=len(raw)):
+            done = self._collect(pending)
+        started = time.perf_counter()
+        for results in done:
+            for n, result in results:
+                if isinstance(result, ValueError):
+                    if self.on_error == "raise":
+                        key = raw[n]["key"]
+                        # Keep the error's kind (CorruptShardError, ...) for callers' except.
+                        kind = type(result) if isinstance(result, StokerError) else ValueError
+                        raise kind(f"{self.url}: sample {key!r}: {result}") from result
+                    skipped.append((raw[n]["key"], str(result)))
+                    continue
+                images.append(result)
+                keep.append(n)
+        batch: dict[str, Any] = {
+            "label": np.array([raw[n]["label"] for n in keep], dtype=np.int64),
+            "key": [raw[n]["key"] for n in keep],
+            "index": np.asarray(pending.ids, dtype=np.int64)[keep],
+        }
+        for name in self.extra_fields:
+            values = [raw[n][name] for n in keep]
+            batch[name] = np.stack(values) if values else np.zeros(0)
+        out = pending.out
+        if out is not None:
+            batch["image"] = out if len(keep) == len(raw) else out[keep]
+        elif images and all(
+            isinstance(x, np.ndarray) and x.shape == images[0].shape for x in images
+        ):
+            batch["image"] = np.stack(images)
+        else:
+            batch["image"] = images
+        self.stages.record(
+            "collate", time.perf_counter() - started, start_s=started, items=len(keep)
+        )
+        return batch
+
+    def _collect(self, pending: PendingBatch) -> list[list[tuple[int, Any]]]:
+        if self._processes is None or pending.slot is None:
+            return [task.result() for task in pending.tasks]
+        done = []
+        try:
+            for number in pending.process_tasks:
+                results, seconds = self._processes.collect(number, pending.slot)
+                self.stages.record("decode", seconds, items=len(results), lane="processes")
+                if pending.out is not None:
+                    for n, value in results:
+                        if isinstance(value, np.ndarray):
+                            pending.out[n] = value
+                done.append(results)
+        finally:
+            self._processes.release_slot(pending.slot)
+        return done
+
+    def _decode_slice(
+        self,
+        ids: np.ndarray,
+        epoch: int,
+        raw: list[dict[str, Any]],
+        out: np.ndarray | None,
+        first: int,
+        stop: int,
+    ) -> list[tuple[int, Any]]:
+        started = time.perf_counter()
+        results: list[tuple[int, Any]] = []
+        self._transform_s.seconds = 0.0
+        for n in range(first, stop):
+            try:
+                value = self._decode_one(
+                    int(ids[n]), epoch, raw[n], None if out is None else out[n]
+                )
+                results.append((n, value))
+            except ValueError as exc:
+                results.append((n, exc))
+        seconds = time.perf_counter() - started
+        spent = self._transform_s.seconds
+        self.stages.record("decode", seconds - spent, start_s=started, items=stop - first)
+        if spent:  # drawn after the slice's decodes on a timeline
+            self.stages.record(
+                "transform", spent, start_s=started + seconds - spent, items=stop - first
+            )
+        return results
+
+    def _decode_one(
+        self, index: int, epoch: int, sample: dict[str, Any], out: np.ndarray | None
+    ) -> Any:
+        if self.decoder.planned or self.decoder.transform is None:
+            return self.decoder(index, epoch, sample, out)
+        # A user transform: time it apart from decoding (the decoder calls it last).
+        started = time.perf_counter()
+        try:
+            return self.decoder(index, epoch, sample, out)
+        finally:
+            self._transform_s.seconds += time.perf_counter() - started
+
+    def close(self) -> None:
+        """Stop the decode threads (or processes); :meth:`start_workers` starts them anew."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+        if self._processes is not None:
+            self._processes.close()
+            self._processes = None
