@@ -6,6 +6,7 @@ import asyncio
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -92,3 +93,24 @@ def test_exit_with_requests_in_flight_is_clean(s3_bucket) -> None:
             timeout=60,
         )
         assert done.returncode == 0, (delay, done.returncode, done.stderr[-2000:])
+
+
+def test_an_idle_engine_closes_without_the_native_grace(monkeypatch) -> None:
+    # The grace lets native request threads drop their last references after a request;
+    # it is counted from the last request's end, so an idle engine does not pay it again.
+    from stoker.storage import engine as engine_module
+
+    slept: list[float] = []
+    engine = IOEngine(max_in_flight=2)
+
+    async def request() -> int:
+        return 7
+
+    async def tracked() -> int:
+        return await engine.track(request())
+
+    assert engine.run(tracked()) == 7
+    time.sleep(engine_module._NATIVE_GRACE_S + 0.05)
+    monkeypatch.setattr(engine_module.time, "sleep", slept.append)
+    engine.close()
+    assert slept == [0.0]

@@ -51,6 +51,7 @@ class IOEngine:
         self._closed = False
         self._draining = False
         self._tracked = 0
+        self._last_done = 0.0  # time.monotonic() when a tracked request last completed
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
         _live.add(self)
@@ -100,8 +101,12 @@ class IOEngine:
         future = asyncio.ensure_future(awaitable)
         self._tracked += 1
         self._pending.add(future)
-        future.add_done_callback(self._pending.discard)
+        future.add_done_callback(self._request_done)
         return await asyncio.shield(future)
+
+    def _request_done(self, future: asyncio.Future[Any]) -> None:
+        self._pending.discard(future)
+        self._last_done = time.monotonic()
 
     def close(self, *, timeout_s: float = 30.0) -> None:
         """Stop the engine after the requests in flight have finished.
@@ -143,8 +148,9 @@ class IOEngine:
         if self._tracked:
             # obstore's runtime threads release their last Python references just after a
             # request's future resolves; under CPU load that can lag. Give them a moment
-            # (the GIL is free while we sleep) so none is left to run after finalization.
-            time.sleep(_NATIVE_GRACE_S)
+            # after the last one (the GIL is free while we sleep) so none is left to run
+            # after finalization; an engine idle for longer than that closes at once.
+            time.sleep(max(0.0, self._last_done + _NATIVE_GRACE_S - time.monotonic()))
         if still_pending == 0 and not self._thread.is_alive():
             self._loop.close()
         else:
