@@ -84,9 +84,12 @@ def decode_planned(
         left, top, box_w, box_h = plan.box
         out_h, out_w = plan.size
         box = (left, top, left + box_w, top + box_h)
-    resized = np.asarray(image.resize((out_w, out_h), Image.Resampling.BILINEAR, box=box))
+    image = image.resize((out_w, out_h), Image.Resampling.BILINEAR, box=box)
     if plan.flip:
-        resized = resized[:, ::-1]
+        # Flipped by Pillow, not as a numpy view: copying a reversed view of 3-byte pixels
+        # into the batch array took 4x as long (about an eighth of a small image's CPU).
+        image = image.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+    resized = np.asarray(image)
     if out is not None:
         out[...] = resized
         return out
