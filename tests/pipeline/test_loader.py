@@ -119,6 +119,38 @@ def test_order_and_pixels_do_not_depend_on_threads(dataset_url: str) -> None:
         assert np.array_equal(a["image"], b["image"])
 
 
+def test_batch_arrays_are_recycled_only_when_nobody_holds_them(dataset_url: str) -> None:
+    kwargs: dict[str, Any] = {
+        "batch_size": 8,
+        "transform": RandomResizedCrop(16, flip=True),
+        "order": SMALL_ORDER,
+        "seed": 3,
+        "num_threads": 2,
+    }
+    with Loader(dataset_url, **kwargs) as loader:
+        held = [batch["image"] for batch in loader]  # every array kept: none recycled
+        assert loader._batches.arrays.reused == 0
+    # Keep a view of one batch in three and a memoryview of another; drop the rest.
+    views: dict[int, np.ndarray] = {}
+    exports: dict[int, memoryview] = {}
+    copies: list[np.ndarray] = []
+    with Loader(dataset_url, **kwargs) as loader:
+        for n, batch in enumerate(loader):
+            copies.append(batch["image"].copy())
+            if n % 3 == 0:
+                views[n] = batch["image"][1:]
+            elif n % 3 == 1:
+                exports[n] = memoryview(batch["image"])
+            del batch
+        assert loader._batches.arrays.reused > 0
+    for n, view in views.items():
+        np.testing.assert_array_equal(view, copies[n][1:])
+    for n, export in exports.items():
+        np.testing.assert_array_equal(np.asarray(export), copies[n])
+    for image, copy in zip(held, copies, strict=True):
+        np.testing.assert_array_equal(image, copy)
+
+
 def test_resume_equals_an_uninterrupted_run(dataset_url: str) -> None:
     kwargs = {"batch_size": 7, "transform": RandomResizedCrop(8), "order": SMALL_ORDER}
     with Loader(dataset_url, **kwargs) as loader:
