@@ -1,0 +1,151 @@
+"""What the loader costs beyond decoding: CPU per image, loader against the bare decode.
+
+No server and no proxy: the shards lie on local disk, so every CPU second is the loader's
+own. Each measurement runs in a fresh process and reads the CPU time of the whole process
+(all its threads). Runs alternate between the methods, ``--rounds`` times, and the table
+shows the median of each:
+
+- bare: the same samples already in RAM, decoded and transformed one after another into a
+  reused array by the loader's own decoder, in one thread (the floor);
+- loader, 1 and 2 decode threads: a whole epoch of batches of 256, shuffled.
+
+"overhead" is loader CPU per image over bare CPU per image, minus one: reading and
+checking the tar members, fetch scheduling, thread hand-offs, batch arrays, collate.
+
+    pip install -e '.[bench]'
+    python benchmarks/overhead.py                 # 8,000 photos of 150x150, ~2 minutes
+    python benchmarks/overhead.py --images 2000 --rounds 1
+
+Writes benchmarks/out/overhead.json and benchmarks/out/overhead.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+OUT = Path(__file__).resolve().parent / "out"
+
+CHILD = """
+import json, resource, sys, time
+import numpy as np
+from stoker.format.reader import open_dataset
+from stoker.pipeline.loader import Loader
+from stoker.pipeline.transforms import RandomResizedCrop
+from stoker.pipeline.workers import SampleDecoder
+
+url, method = sys.argv[1], sys.argv[2]
+transform = RandomResizedCrop(224, flip=True)
+
+def cpu():
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+if method == "bare":
+    dataset = open_dataset(url)
+    samples = dataset.read_many(list(range(len(dataset))))
+    decoder = SampleDecoder(transform, 0)
+    out = np.empty((224, 224, 3), np.uint8)
+    cpu0, wall0 = cpu(), time.perf_counter()
+    for i, sample in enumerate(samples):
+        decoder(i, 0, sample, out)
+    images = len(samples)
+else:
+    threads = int(method.rpartition("-")[2])
+    with Loader(url, batch_size=256, transform=transform, num_threads=threads) as loader:
+        cpu0, wall0 = cpu(), time.perf_counter()
+        images = sum(len(batch["label"]) for batch in loader)
+print(json.dumps({"images": images, "cpu_s": cpu() - cpu0, "wall_s": time.perf_counter() - wall0}))
+"""
+
+METHODS = {
+    "bare": "bare decode + transform from RAM, 1 thread",
+    "loader-1": "loader, 1 decode thread",
+    "loader-2": "loader, 2 decode threads",
+}
+
+
+def prepare(images: int) -> Path:
+    """Generate ``images`` photos like the loader benchmark's set b (once) and pack them."""
+    from stoker.pack.packer import pack
+    from stoker.testing.photos import write_photo_folder
+
+    source = OUT / "data" / f"overhead-{images}"
+    packed = OUT / "data" / f"overhead-{images}-packed"
+    marker = source / ".complete"
+    if not marker.exists():
+        print(f"generating {images} photos of 150x150", flush=True)
+        write_photo_folder(source, files=images, width=150, height=150, quality=90, grain=3.0)
+        marker.touch()
+    if not (packed / "index.json").exists():
+        pack(source, packed)
+    return packed
+
+
+def run_one(url: Path, method: str) -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, str(url), method],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"{method} failed:\n{done.stderr[-2000:]}")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--images", type=int, default=8000)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    OUT.mkdir(parents=True, exist_ok=True)
+    url = prepare(args.images)
+    runs: dict[str, list[dict[str, Any]]] = {m: [] for m in METHODS}
+    for round_number in range(args.rounds):
+        for method in METHODS:
+            result = run_one(url, method)
+            runs[method].append(result)
+            print(
+                f"round {round_number + 1}: {method:9s} {result['cpu_s']:6.2f} s CPU "
+                f"{result['images'] / result['wall_s']:7.0f} images/s",
+                flush=True,
+            )
+
+    def median(method: str, key: str) -> float:
+        return float(statistics.median(r[key] / r["images"] for r in runs[method]))
+
+    bare = median("bare", "cpu_s")
+    lines = [
+        f"# Loader CPU beyond decoding: {args.images} photos of 150x150, RandomResizedCrop(224)"
+        f" + flip, local disk, {os.cpu_count()} CPUs, median of {args.rounds} rounds",
+        "",
+        "| method | ms CPU per image | overhead | images/s |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    summary: dict[str, Any] = {"images": args.images, "rounds": args.rounds, "runs": runs}
+    for method, label in METHODS.items():
+        per_image = median(method, "cpu_s")
+        rate = 1 / median(method, "wall_s")
+        overhead = per_image / bare - 1
+        summary[method] = {"ms_cpu_per_image": 1000 * per_image, "overhead": overhead}
+        shown = "" if method == "bare" else f"{100 * overhead:.0f} %"
+        lines.append(f"| {label} | {1000 * per_image:.3f} | {shown} | {rate:.0f} |")
+    text = "\n".join(lines) + "\n"
+    (OUT / "overhead.md").write_text(text, encoding="utf-8")
+    (OUT / "overhead.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
