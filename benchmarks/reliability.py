@@ -14,8 +14,8 @@ response stalled past the client's timeout. Then:
 * a simulated listing of a million objects: peak RSS growth of Store.list, `stoker ls -r`
   and download's listing (tests/reliability/listing_child.py, one child process each).
 
-Retries are counted by the stores (download, loader) or from the retry layer's log (pack,
-whose stores are internal); requests and faults by the proxy.
+Retries are counted by the stores (download, loader) or the pack report's request
+counters; requests and faults by the proxy.
 
     pip install -e '.[bench]'
     python benchmarks/reliability.py                 # about two minutes on 2 cores
@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import platform
 import random
@@ -61,18 +60,6 @@ LISTING_CHILD = (
 MiB = 1024 * 1024
 RETRY = {"base_delay_s": 0.01, "max_delay_s": 0.2, "throttle_base_delay_s": 0.05}
 TIMEOUT_S = 2.0
-
-
-class _RetryLog(logging.Handler):
-    """Counts the retry layer's one debug line per retry."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.retries = 0
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if "retrying" in record.getMessage():
-            self.retries += 1
 
 
 def _faults(proxy: NetProxy, before: Any) -> dict[str, Any]:
@@ -123,14 +110,12 @@ def run_download(server: SeaweedServer, proxy: NetProxy, work: Path, files: int)
     }
 
 
-def run_pack(
-    server: SeaweedServer, proxy: NetProxy, work: Path, files: int, log: _RetryLog
-) -> dict[str, Any]:
+def run_pack(server: SeaweedServer, proxy: NetProxy, work: Path, files: int) -> dict[str, Any]:
     source = work / "pack-src"
     write_image_folder(source, files=files, classes=10, width=64, height=48)
     upload(source, open_store(f"s3://{BUCKET}/raw", storage_options=server.storage_options()))
     options = {**server.storage_options(proxy.endpoint), "retry": RETRY, "timeout_s": TIMEOUT_S}
-    before, retries_before = proxy.stats(), log.retries
+    before = proxy.stats()
     started = time.perf_counter()
     report = pack(
         f"s3://{BUCKET}/raw",
@@ -146,7 +131,7 @@ def run_pack(
     originals = {p.relative_to(source).with_suffix("").as_posix() for p in source.rglob("*.jpg")}
     return {
         **faults,
-        "retries": log.retries - retries_before,
+        "retries": sum(side.get("retries", 0) for side in report.requests.values()),
         "samples_in": len(originals),
         "samples_packed": report.samples,
         "shards": report.shards,
@@ -404,10 +389,6 @@ def main() -> int:
     parser.add_argument("--objects", type=int, default=1_000_000, help="simulated listing")
     args = parser.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
-    log = _RetryLog()
-    retry_logger = logging.getLogger("stoker.storage.retry")
-    retry_logger.setLevel(logging.DEBUG)
-    retry_logger.addHandler(log)
     faults = FaultConfig(fault_rate=args.fault_rate, kinds=FAULT_KINDS, seed=args.seed)
     results: dict[str, Any] = {
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count()},
@@ -422,7 +403,7 @@ def main() -> int:
             proxy.set_faults(faults)
             results["download"] = run_download(server, proxy, work, args.files)
             print("download", json.dumps(results["download"]), flush=True)
-            results["pack"] = run_pack(server, proxy, work, args.files, log)
+            results["pack"] = run_pack(server, proxy, work, args.files)
             print("pack", json.dumps(results["pack"]), flush=True)
             results["loader"] = run_loader(server, proxy)
             print("loader", json.dumps(results["loader"]), flush=True)

@@ -202,6 +202,11 @@ def test_sigkill_during_pack_then_rerun_verifies(s3_bucket, tmp_path: Path) -> N
     report = json.loads(rerun.stdout)
     assert report["samples"] == 600
     assert 0 < report["shards_reused"] < 30
+    # Only the shards not reused are written again, each with its completion record, then
+    # index.json and index.bin; the input is local, so nothing is read from a store.
+    written = report["requests"]["destination"]["requests.put"]
+    assert written == 2 * (30 - report["shards_reused"]) + 2
+    assert report["requests"]["source"] == {}
     dataset = open_dataset(dst, storage_options=options)
     assert dataset.verify().ok
     assert len(dataset) == 600

@@ -83,6 +83,11 @@ def test_pack_from_a_bucket_under_faults(s3_bucket, proxy, tmp_path: Path, caplo
     assert {s["key"]: s["jpg"] for s in dataset.read_many(range(240))} == originals
     assert stats.faulted > 0
     assert retries_logged(caplog) == stats.faulted
+    # The report counts them too: reads of the originals and writes of the shards.
+    retried = {side: counters.get("retries", 0) for side, counters in report.requests.items()}
+    assert sum(retried.values()) == stats.faulted
+    assert report.requests["source"]["requests.get"] >= 240
+    assert report.requests["destination"]["requests.put"] >= 9  # 8 shards and the index
 
 
 def test_two_loader_epochs_under_faults(s3_bucket, proxy, tmp_path: Path) -> None:

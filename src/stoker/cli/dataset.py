@@ -192,6 +192,9 @@ def pack_command(
         )
         + "."
     )
+    retries = sum(side.get("retries", 0) for side in report.requests.values())
+    if retries:
+        click.echo(f"Retried {retries} requests that failed (all recovered).")
     if report.skipped:
         click.echo(f"Skipped {len(report.skipped)} inputs (listed in index.json):", err=True)
         for item in report.skipped[:20]:

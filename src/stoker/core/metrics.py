@@ -7,7 +7,7 @@ import contextlib
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 
@@ -41,6 +41,14 @@ class Counters:
 
     def __repr__(self) -> str:
         return f"Counters({self.snapshot()})"
+
+
+def merge_snapshots(snapshots: Iterable[dict[str, int]]) -> dict[str, int]:
+    """Sum counter snapshots (of several stores, say) into one sorted dict."""
+    total: Counter[str] = Counter()
+    for snapshot in snapshots:
+        total.update(snapshot)
+    return dict(sorted(total.items()))
 
 
 @dataclass(frozen=True, slots=True)

@@ -96,6 +96,9 @@ class PackReport:
         bytes_out: Shard bytes written in this run.
         seconds: Wall time.
         skipped: Inputs left out (``on_error="skip"``): key, source, reason.
+        requests: Counters (requests, bytes, retries, errors by kind) of the reads from the
+            input (``"source"``) and of the writes to the dataset (``"destination"``). With
+            ``engine="ray"``, the reads and shard writes made by Ray workers are not in it.
     """
 
     source: str
@@ -108,6 +111,7 @@ class PackReport:
     bytes_out: int = 0
     seconds: float = 0.0
     skipped: list[dict[str, str]] = field(default_factory=list)
+    requests: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
@@ -379,6 +383,7 @@ def pack(
     report.samples = len(index)
     report.shards = len(index.shards)
     report.skipped = skipped
+    report.requests = {"source": reader.requests(), "destination": store.counters.snapshot()}
     report.seconds = time.perf_counter() - started
     return report
 

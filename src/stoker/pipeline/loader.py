@@ -21,7 +21,7 @@ import logging
 import os
 import time
 from collections import Counter, deque
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from stoker.core.metrics import Stages, StageTotals, TraceEvent
+from stoker.core.metrics import Stages, StageTotals, TraceEvent, merge_snapshots
 from stoker.core.units import format_bytes
 from stoker.format.reader import ShardDataset
 from stoker.pipeline.autotune import AutotuneConfig, Autotuner, default_threads
@@ -83,13 +83,6 @@ def _chunks_covering(chunks: list[np.ndarray], ids: np.ndarray) -> int:
         if not wanted:
             return count
     return len(chunks)
-
-
-def _merged(snapshots: Iterable[dict[str, int]]) -> dict[str, int]:
-    total: Counter[str] = Counter()
-    for snapshot in snapshots:
-        total.update(snapshot)
-    return dict(sorted(total.items()))
 
 
 @dataclass(slots=True)
@@ -430,7 +423,9 @@ class Loader:
         tuner = self._tuner
         tuning = tuner.tune_threads or tuner.tune_prefetch
         snapshot.autotune = ("settled" if tuner.settled else "tuning") if tuning else "fixed"
-        snapshot.requests = _merged(d.store.counters.snapshot() for d in self.source.datasets)
+        snapshot.requests = merge_snapshots(
+            d.store.counters.snapshot() for d in self.source.datasets
+        )
         snapshot.cache_hits = self.cache.hits if self.cache else 0
         store = self.dataset.store
         if isinstance(store, CachedStore):

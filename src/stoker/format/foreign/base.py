@@ -78,6 +78,10 @@ class SampleReader(Protocol):
         """Read one sample's bytes."""
         ...
 
+    def requests(self) -> dict[str, int]:
+        """Counters of the requests made so far (requests, bytes, retries, errors)."""
+        ...
+
 
 @runtime_checkable
 class AsyncSampleReader(SampleReader, Protocol):

@@ -155,6 +155,10 @@ class HDF5Reader:
         raw = self._open().file.attrs.get("class_names")
         return () if raw is None else _names(raw, location=self._location)
 
+    def requests(self) -> dict[str, int]:
+        """Counters of the requests made so far (none for local files)."""
+        return self._locations.requests()
+
     def refs(self) -> list[SampleRef]:
         """One reference per image row, in row order.
 

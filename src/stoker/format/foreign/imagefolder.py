@@ -66,6 +66,10 @@ class ImageFolderReader:
             raise SourceError(f"{location}: {reason}")
         self.problems.append({"key": key, "source": location, "reason": reason})
 
+    def requests(self) -> dict[str, int]:
+        """Counters of the requests made so far (none for local files)."""
+        return self._files.requests()
+
     def refs(self) -> list[SampleRef]:
         """List every image (each class folder listed concurrently for buckets)."""
         files, folders = self._list_remote() if is_remote(self._location) else self._list_local()

@@ -85,6 +85,10 @@ class ListFileReader:
             self._labels(self._rows())
         return self._found_names or ()
 
+    def requests(self) -> dict[str, int]:
+        """Counters of the requests made so far (none for local files)."""
+        return self._locations.requests()
+
     def refs(self) -> list[SampleRef]:
         """One reference per row, in list order; local files are checked and sized.
 

@@ -13,6 +13,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from stoker.core.metrics import merge_snapshots
 from stoker.errors import SourceError
 from stoker.storage import StorageOptions, Store, open_store, parse_url
 from stoker.storage.base import ObjectMeta
@@ -49,6 +50,11 @@ class LocationReader:
         if store is None:
             store = self._stores[root] = open_store(root, storage_options=self._options)
         return store, url.prefix
+
+    def requests(self) -> dict[str, int]:
+        """Request, byte, retry and error counters of the stores opened so far, summed
+        (local files are read without a store and count nothing)."""
+        return merge_snapshots(store.counters.snapshot() for store in self._stores.values())
 
     def read(self, location: str, start: int = 0, length: int = -1) -> bytes:
         """Bytes ``[start, start + length)`` of the location (all of it for length -1).

@@ -150,6 +150,10 @@ class TFRecordReader:
             raise SourceError(f"{self._location}: label {top} is too large; pass class_names")
         return [self._texts.get(label, str(label)) for label in range(top + 1)]
 
+    def requests(self) -> dict[str, int]:
+        """Counters of the requests made so far (none for local files)."""
+        return self._io.requests()
+
     def refs(self) -> list[SampleRef]:
         """One reference per record: files in sorted order, records in file order.
 

@@ -231,6 +231,10 @@ class WebDatasetTarReader:
             raise SourceError(f"{self._location}: no .tar files found")
         return found
 
+    def requests(self) -> dict[str, int]:
+        """Counters of the requests made so far (none for local files)."""
+        return self._locations.requests()
+
     def refs(self) -> list[SampleRef]:
         """One reference per sample, tar by tar, in tar order.
 
