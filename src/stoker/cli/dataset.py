@@ -21,6 +21,7 @@ from stoker.pack.reencode import ImagePolicy
 from stoker.pack.sources import FORMATS
 
 if TYPE_CHECKING:
+    from stoker.pipeline.loader import Loader
     from stoker.profile.compare import CompareConfig
 
 
@@ -366,6 +367,53 @@ _with_transform_options = with_options(
     ]
 )
 
+# What `bench` and `doctor` run: the Loader with these settings.
+_with_loader_options = with_options(
+    [
+        click.option(
+            "--batch-size",
+            type=click.IntRange(1),
+            default=256,
+            show_default=True,
+            help="Samples per batch.",
+        ),
+        click.option("--batches", type=click.IntRange(1), help="Run only this many batches."),
+        click.option(
+            "--threads", type=click.IntRange(1), help="Decode threads (default: autotuned)."
+        ),
+        _with_transform_options,
+        click.option(
+            "--cache-dir",
+            type=click.Path(file_okay=False),
+            help="Read through a disk cache in this directory (a second run reads from it).",
+        ),
+    ]
+)
+
+
+def _open_loader(
+    ctx: click.Context,
+    url: str,
+    *,
+    batch_size: int,
+    seed: int,
+    transform_kind: str,
+    size: int,
+    threads: int | None = None,
+    cache_dir: str | None = None,
+) -> Loader:
+    from stoker.pipeline.loader import Loader
+
+    return Loader(
+        url,
+        batch_size=batch_size,
+        seed=seed,
+        num_threads=threads,
+        transform=_transform(transform_kind, size),
+        storage_options=_storage(ctx),
+        cache_dir=cache_dir,
+    )
+
 
 @click.command("show")
 @click.argument("url")
@@ -386,15 +434,10 @@ def show_command(
 
     The quick visual check of a pipeline: are the crops sensible, the labels right?
     """
-    from stoker.pipeline.loader import Loader
     from stoker.profile.grid import save_sample_grid
 
-    with Loader(
-        url,
-        batch_size=9,
-        seed=seed,
-        transform=_transform(transform_kind, size),
-        storage_options=_storage(ctx),
+    with _open_loader(
+        ctx, url, batch_size=9, seed=seed, transform_kind=transform_kind, size=size
     ) as loader:
         path = save_sample_grid(loader, out)
     click.echo(f"Wrote {path} (9 samples of {url}).")
@@ -402,19 +445,7 @@ def show_command(
 
 @click.command("bench")
 @click.argument("url")
-@click.option("--batch-size", type=click.IntRange(1), default=256, show_default=True)
-@click.option("--batches", type=click.IntRange(1), help="Stop after this many batches.")
-@click.option(
-    "--threads",
-    type=click.IntRange(1),
-    help="Decode threads (default: autotuned).",
-)
-@_with_transform_options
-@click.option(
-    "--cache-dir",
-    type=click.Path(file_okay=False),
-    help="Read through a disk cache in this directory (a second run reads from it).",
-)
+@_with_loader_options
 @click.option(
     "--compare",
     is_flag=True,
@@ -487,17 +518,17 @@ def bench_command(
             ctx, url, config, pack_to=pack_to, keep_packed=keep_packed, out=out, as_json=as_json
         )
         return
-    from stoker.pipeline.loader import Loader
     from stoker.pipeline.quality import shuffle_quality
     from stoker.profile.bench import bench_loader
 
-    with Loader(
+    with _open_loader(
+        ctx,
         url,
         batch_size=batch_size,
         seed=seed,
-        num_threads=threads,
-        transform=_transform(transform_kind, size),
-        storage_options=_storage(ctx),
+        transform_kind=transform_kind,
+        size=size,
+        threads=threads,
         cache_dir=cache_dir,
     ) as loader:
         result = bench_loader(loader, max_batches=batches)
@@ -562,26 +593,14 @@ def _compare(
     show_default=True,
     help="Your training step per batch, simulated by sleeping (as waiting on a GPU does).",
 )
-@click.option("--batch-size", type=click.IntRange(1), default=256, show_default=True)
 @click.option(
     "--seconds",
     type=click.FloatRange(0.1),
     default=15.0,
     show_default=True,
-    help="Measure for about this long (epochs repeat as needed).",
+    help="Measure for about this long (epochs repeat as needed; --batches instead).",
 )
-@click.option("--batches", type=click.IntRange(1), help="Measure this many batches instead.")
-@click.option(
-    "--threads",
-    type=click.IntRange(1),
-    help="Decode threads (default: autotuned).",
-)
-@_with_transform_options
-@click.option(
-    "--cache-dir",
-    type=click.Path(file_okay=False),
-    help="Read through a disk cache in this directory.",
-)
+@_with_loader_options
 @click.option(
     "--busy-step",
     is_flag=True,
@@ -629,19 +648,19 @@ def doctor_command(
     (compute-bound). Prints concrete changes with values to try, writes a PNG (--out) and,
     with --trace, a Chrome trace of every stage on every thread.
     """
-    from stoker.pipeline.loader import Loader
     from stoker.profile.advice import format_diagnosis
     from stoker.profile.doctor import diagnose
     from stoker.profile.plots import render_doctor, save_png
     from stoker.profile.trace import write_chrome_trace
 
-    with Loader(
+    with _open_loader(
+        ctx,
         url,
         batch_size=batch_size,
         seed=seed,
-        num_threads=threads,
-        transform=_transform(transform_kind, size),
-        storage_options=_storage(ctx),
+        transform_kind=transform_kind,
+        size=size,
+        threads=threads,
         cache_dir=cache_dir,
     ) as loader:
         diagnosis = diagnose(
