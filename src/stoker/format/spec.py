@@ -67,8 +67,8 @@ def sniff_image_extension(data: bytes) -> str:
 #: Pillow's own warning threshold (about 9,459 x 9,459), so no image under it trips Pillow's.
 DEFAULT_MAX_PIXELS = 89_478_485
 
-# Start-of-frame markers carry a JPEG's size (all SOFn except DHT, JPG and DAC).
-_JPEG_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
+#: Start-of-frame markers carry a JPEG's size (all SOFn except DHT, JPG and DAC).
+JPEG_SOF_MARKERS = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
 
 
 def declared_image_size(data: bytes | memoryview) -> tuple[int, int] | None:
@@ -115,7 +115,7 @@ def _jpeg_declared_size(head: bytes) -> tuple[int, int] | None:
         if marker in (0xD8, 0x01) or 0xD0 <= marker <= 0xD7:
             position += 2
             continue
-        if marker in _JPEG_SOF:
+        if marker in JPEG_SOF_MARKERS:
             height = int.from_bytes(head[position + 5 : position + 7], "big")
             return int.from_bytes(head[position + 7 : position + 9], "big"), height
         if marker == 0xDA:

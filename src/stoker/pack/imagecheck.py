@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import struct
 
+from stoker.format.spec import JPEG_SOF_MARKERS
+
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-# Start-of-frame markers carry the image size (all SOFn except DHT, JPG and DAC).
-_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
 
 
 def jpeg_size(data: bytes) -> tuple[int, int]:
@@ -40,7 +40,7 @@ def jpeg_size(data: bytes) -> tuple[int, int]:
         (length,) = struct.unpack_from(">H", data, position + 2)
         if length < 2 or position + 2 + length > size:
             raise ValueError(f"JPEG segment at byte {position} runs past the end")
-        if marker in _SOF:
+        if marker in JPEG_SOF_MARKERS:
             if length < 7:
                 raise ValueError("short JPEG frame header")
             height, width = struct.unpack_from(">HH", data, position + 5)

@@ -85,16 +85,17 @@ def process_image(data: bytes, ext: str, policy: ImagePolicy, *, where: str) -> 
     """
     if not policy.check and not policy.rewrites:
         return ext, data
-    declared = declared_image_size(data)
-    if declared is not None:  # before Pillow, so that our limit decides, not Pillow's
-        _check_pixels(*declared, policy, where)
     if not policy.rewrites and ext in ("jpg", "png"):
+        # The structural check reads the size from the header itself: no decoder runs.
         try:
             width, height = jpeg_size(data) if ext == "jpg" else png_size(data)
         except ValueError as exc:
             raise SourceError(f"{where}: cannot decode image: {exc}") from exc
         _check_pixels(width, height, policy, where)
         return ext, data
+    declared = declared_image_size(data)
+    if declared is not None:  # before Pillow, so that our limit decides, not Pillow's
+        _check_pixels(*declared, policy, where)
     try:
         with Image.open(io.BytesIO(data)) as image:
             width, height = image.size
