@@ -1,8 +1,8 @@
 """POSIX ustar member headers: writing ours, and reading any tar's headers safely.
 
-The header-reading helpers are shared by the shard reader (:func:`parse_members`, one sample's
-span) and the WebDataset importer (:func:`stoker.format.foreign.wds_tar.scan_tar`, whole
-tars), so that a tar ``stoker index`` accepts is a tar the reader can read. They accept the
+One header walk, :func:`iter_members`, serves the shard reader (:func:`parse_members`, one
+sample's span) and the WebDataset importer (:func:`stoker.format.foreign.wds_tar.scan_tar`,
+whole tars), so that a tar ``stoker index`` accepts is a tar the reader can read. They accept the
 ustar members stoker writes and what other writers add (pax ``x``/``g`` records, GNU
 long names, GNU base-256 sizes, old signed checksums), and refuse links, devices, fifos,
 sparse files, and names that are absolute, contain a ``..`` segment, a backslash or a
@@ -13,6 +13,8 @@ callers add where.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 from stoker.errors import ShardFormatError
 from stoker.format.spec import MEMBER_MTIME, TAR_BLOCK
@@ -39,6 +41,7 @@ _MAX_DIGITS = 20  # more digits than any real length; int() of huge strings is s
 _DRIVE = re.compile(r"^[A-Za-z]:")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _HIGH_BYTES = re.compile(rb"[\x80-\xff]")
+_ZERO_BLOCK = bytes(TAR_BLOCK)
 
 
 def padded(size: int) -> int:
@@ -215,6 +218,132 @@ def check_member_name(path: str) -> None:
         raise ValueError(f"member {path!r} has {problem}; not allowed")
 
 
+@dataclass(frozen=True, slots=True)
+class TarMember:
+    """One member of a tar, with pax and GNU long-name headers already applied.
+
+    Attributes:
+        path: The member's path (checked by :func:`check_member_name`).
+        kind: Its type flag (``b"0"`` for a regular file, ...).
+        chain_start: Offset of its first header block, extended headers included.
+        data_start: Offset of its data.
+        size: Bytes of data.
+        pax: The pax records in effect for it (global and its own).
+    """
+
+    path: str
+    kind: bytes
+    chain_start: int
+    data_start: int
+    size: int
+    pax: dict[str, bytes]
+
+    @property
+    def end(self) -> int:
+        """Offset just past its data, padded to a whole block."""
+        return self.data_start + padded(self.size)
+
+
+def member_problem(member: TarMember) -> str | None:
+    """Why a member that is not a directory cannot be a sample's file, or None.
+
+    Links, devices, fifos, sparse files and unknown types are refused.
+    """
+    if member.kind in REFUSED_TYPES:
+        return f"is {REFUSED_TYPES[member.kind]}"
+    if member.kind not in REGULAR_TYPES:
+        return f"has unsupported type {member.kind.decode('latin-1')!r}"
+    if any(k.startswith("GNU.sparse.") for k in member.pax):
+        return "is a GNU sparse file"
+    return None
+
+
+def is_directory(member: TarMember) -> bool:
+    """Whether the member is a directory entry (no data a sample could use)."""
+    return member.kind in DIRECTORY_TYPES or (
+        member.kind in REGULAR_TYPES and member.path.endswith("/")
+    )
+
+
+def iter_members(data: bytes | memoryview, *, whole_archive: bool) -> Iterator[TarMember]:
+    """Walk a tar's headers and yield its members (extended headers applied, not yielded).
+
+    Args:
+        data: A whole tar (``whole_archive``), or one sample's span of headers and data.
+        whole_archive: The data must end with the end-of-archive block, and what follows it
+            is not read. Otherwise the data may end after any member, and an end-of-archive
+            block must be followed by nothing but zeros.
+
+    Raises:
+        ValueError: A bad header (checksum, number, name, pax record), a member that runs
+            past the end, truncated data, an extended header with no member after it, or
+            data after an end-of-archive block in a span; the text gives the offset.
+    """
+    view = memoryview(data).cast("B")
+    total = len(view)
+    whole = "archive" if whole_archive else "sample"
+    global_pax: dict[str, bytes] = {}
+    pax: dict[str, bytes] = {}
+    long_name: bytes | None = None
+    chain_start: int | None = None  # first header of the member being assembled
+    position = 0
+    while whole_archive or position < total:
+        if position + TAR_BLOCK > total:
+            where = "inside a header" if position < total else "without the end-of-archive marker"
+            raise ValueError(f"truncated tar: data ends {where} at offset {position}")
+        header = view[position : position + TAR_BLOCK].tobytes()
+        if header == _ZERO_BLOCK:
+            if chain_start is not None:
+                raise ValueError(
+                    f"extended header at offset {chain_start} is followed by the end of the "
+                    "archive instead of a member"
+                )
+            if not whole_archive and any(view[position:]):
+                raise ValueError(f"end-of-archive block at offset {position} inside the {whole}")
+            return
+        kind = header[156:157]
+        start = position if chain_start is None else chain_start
+        extended = kind in PAX_TYPES or kind in GNU_LONG_TYPES
+        try:
+            check_header(header)
+            size = header_number(header[124:136], "size")
+            if not extended:
+                declared = {**global_pax, **pax}.get("size")
+                size = pax_size(declared) if declared else size
+        except ValueError as exc:
+            raise ValueError(f"{exc} at offset {position}") from None
+        data_start = position + TAR_BLOCK
+        if data_start + size > total:
+            raise ValueError(
+                f"truncated tar: member at offset {position} declares {size} bytes of data "
+                f"but the {whole} ends at offset {total}"
+            )
+        position = data_start + padded(size)
+        if extended:
+            raw = view[data_start : data_start + size].tobytes()
+            try:
+                if kind == b"g":
+                    records = global_pax_records(raw)
+                    global_pax = {k: v for k, v in {**global_pax, **records}.items() if v}
+                elif kind == b"x":
+                    pax.update(pax_records(raw))
+                elif kind == b"L":
+                    long_name = raw.split(b"\0", 1)[0]
+            except ValueError as exc:
+                raise ValueError(f"{exc} in the header at offset {start}") from None
+            chain_start = start
+            continue
+        merged = {**global_pax, **pax}
+        try:
+            path = member_name(header, merged, long_name)
+        except ValueError as exc:
+            raise ValueError(f"{exc} (header at offset {start})") from None
+        pax, long_name, chain_start = {}, None, None
+        yield TarMember(path, kind, start, data_start, size, merged)
+    if chain_start is not None:
+        raise ValueError(f"extended header at offset {chain_start} is not followed by a member")
+
+
 def parse_members(span: bytes | memoryview, *, where: str) -> dict[str, bytes]:
     """Split one sample's span (headers and data of its members) into ``{ext: bytes}``.
 
@@ -228,79 +357,23 @@ def parse_members(span: bytes | memoryview, *, where: str) -> dict[str, bytes]:
             that appears twice; the message names ``where`` and the member.
     """
     view = memoryview(span).cast("B")
-    end = len(view)
     fields: dict[str, bytes] = {}
-    global_pax: dict[str, bytes] = {}
-    pax: dict[str, bytes] = {}
-    long_name: bytes | None = None
-    extended_at: int | None = None  # an extended header waiting for its member
-    position = 0
-    while position < end:
-        if position + TAR_BLOCK > end:
-            raise ShardFormatError(f"{where}: span ends inside a tar header at byte {position}")
-        header = view[position : position + TAR_BLOCK].tobytes()
-        if not any(header):
-            if any(view[position:]):
+    try:
+        for member in iter_members(view, whole_archive=False):
+            problem = "is a directory entry" if is_directory(member) else member_problem(member)
+            if problem is not None:
+                raise ShardFormatError(f"{where}: member {member.path!r} {problem}; not allowed")
+            base = member.path.rsplit("/", 1)[-1]
+            if "." not in base:
+                continue
+            ext = base.split(".", 1)[1].lower()
+            if ext in fields:
                 raise ShardFormatError(
-                    f"{where}: end-of-archive block at byte {position} inside the sample"
+                    f"{where}: two {ext!r} members (the second is {member.path!r})"
                 )
-            break
-        kind = header[156:157]
-        try:
-            check_header(header)
-            size = header_number(header[124:136], "size")
-            if kind not in PAX_TYPES and kind not in GNU_LONG_TYPES:
-                declared = {**global_pax, **pax}.get("size")
-                size = pax_size(declared) if declared else size
-        except ValueError as exc:
-            raise ShardFormatError(f"{where}: tar header at byte {position}: {exc}") from None
-        data_start = position + TAR_BLOCK
-        if size > end - data_start:
-            raise ShardFormatError(
-                f"{where}: member at byte {position} declares {size} bytes of data, "
-                f"past the end of the {end}-byte sample"
-            )
-        data = view[data_start : data_start + size].tobytes()
-        header_at, position = position, data_start + padded(size)
-        if kind in PAX_TYPES or kind in GNU_LONG_TYPES:
-            extended_at = header_at if extended_at is None else extended_at
-            try:
-                if kind == b"g":
-                    records = global_pax_records(data)
-                    global_pax = {k: v for k, v in {**global_pax, **records}.items() if v}
-                elif kind == b"x":
-                    pax.update(pax_records(data))
-                elif kind == b"L":
-                    long_name = data.split(b"\0", 1)[0]
-            except ValueError as exc:
-                raise ShardFormatError(f"{where}: tar header at byte {header_at}: {exc}") from None
-            continue
-        merged = {**global_pax, **pax}
-        try:
-            name = member_name(header, merged, long_name)
-        except ValueError as exc:
-            raise ShardFormatError(f"{where}: tar header at byte {header_at}: {exc}") from None
-        pax, long_name, extended_at = {}, None, None
-        problem = None
-        if kind in REFUSED_TYPES:
-            problem = f"is {REFUSED_TYPES[kind]}"
-        elif kind in DIRECTORY_TYPES or name.endswith("/"):
-            problem = "is a directory entry"
-        elif kind not in REGULAR_TYPES:
-            problem = f"has unsupported type {kind.decode('latin-1')!r}"
-        elif any(k.startswith("GNU.sparse.") for k in merged):
-            problem = "is a GNU sparse file"
-        if problem is not None:
-            raise ShardFormatError(f"{where}: member {name!r} {problem}; not allowed")
-        base = name.rsplit("/", 1)[-1]
-        if "." not in base:
-            continue
-        ext = base.split(".", 1)[1].lower()
-        if ext in fields:
-            raise ShardFormatError(f"{where}: two {ext!r} members (the second is {name!r})")
-        fields[ext] = data
-    if extended_at is not None:
-        raise ShardFormatError(
-            f"{where}: extended header at byte {extended_at} is not followed by a member"
-        )
+            fields[ext] = view[member.data_start : member.data_start + member.size].tobytes()
+    except ShardFormatError:
+        raise
+    except ValueError as exc:  # from the header walk
+        raise ShardFormatError(f"{where}: {exc}") from None
     return fields

@@ -6,7 +6,7 @@ member's data: a sample is later read with one ranged request over its span. Mem
 grouped by the WebDataset rule: the key is the member path up to the first ``.`` of its
 base name, the extension is the rest, lowercased, and one sample's members are consecutive.
 
-Headers are read by the helpers of :mod:`stoker.format.tar`, which the shard reader uses
+Headers are walked by :func:`stoker.format.tar.iter_members`, which the shard reader uses
 too. Anything that is not a plain file or a directory (links, devices, fifos, sparse files) is
 refused, and so are names with an absolute path, a drive letter, a ``..`` segment, a
 backslash or a control character, directory entries between the members of one sample, bad
@@ -24,25 +24,9 @@ from typing import Any
 from stoker.errors import SourceError
 from stoker.format.foreign.base import Sample, SampleRef
 from stoker.format.foreign.locations import LocationReader
-from stoker.format.tar import (
-    DIRECTORY_TYPES,
-    GNU_LONG_TYPES,
-    PAX_TYPES,
-    REFUSED_TYPES,
-    REGULAR_TYPES,
-    check_header,
-    global_pax_records,
-    header_number,
-    member_name,
-    padded,
-    pax_records,
-    pax_size,
-)
+from stoker.format.tar import is_directory, iter_members, member_problem
 
 logger = logging.getLogger(__name__)
-
-_BLOCK = 512
-_ZERO_BLOCK = bytes(_BLOCK)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,78 +66,25 @@ def scan_tar(data: bytes | memoryview, *, name: str) -> list[TarSample]:
             unsupported member, a sample whose members are not consecutive, or an extension
             that appears twice in one sample.
     """
-    view = memoryview(data).cast("B")
-    total = len(view)
     samples: list[TarSample] = []
     seen: set[str] = set()
-    global_pax: dict[str, bytes] = {}
-    pending_pax: dict[str, bytes] = {}
-    long_name: bytes | None = None
-    chain_start: int | None = None  # first header of the member being assembled
     current: TarSample | None = None
     directory: str | None = None  # a directory entry seen since the current sample's last member
-    pos = 0
+    members = iter_members(data, whole_archive=True)
     while True:
-        if pos + _BLOCK > total:
-            where = "inside a header" if pos < total else "without the end-of-archive marker"
-            raise SourceError(f"{name}: truncated tar: data ends {where} at offset {pos}")
-        header = bytes(view[pos : pos + _BLOCK])
-        if header == _ZERO_BLOCK:
-            if chain_start is not None:
-                raise SourceError(
-                    f"{name}: extended header at offset {chain_start} is followed by the "
-                    "end of the archive instead of a member"
-                )
+        try:
+            member = next(members, None)
+        except ValueError as exc:
+            raise SourceError(f"{name}: {exc}") from None
+        if member is None:
             break
-        typeflag = header[156:157]
-        start = pos if chain_start is None else chain_start
-        try:
-            check_header(header)
-            size = header_number(header[124:136], "size")
-            if typeflag not in PAX_TYPES and typeflag not in GNU_LONG_TYPES:
-                declared = {**global_pax, **pending_pax}.get("size")
-                size = pax_size(declared) if declared else size
-        except ValueError as exc:
-            raise SourceError(f"{name}: {exc} at offset {pos}") from None
-        data_offset = pos + _BLOCK
-        padded_end = data_offset + padded(size)
-        if padded_end > total:
-            raise SourceError(
-                f"{name}: truncated tar: member at offset {pos} declares {size} bytes of "
-                f"data but the archive ends at offset {total}"
-            )
-        pos = padded_end
-        if typeflag in PAX_TYPES or typeflag in GNU_LONG_TYPES:
-            raw = bytes(view[data_offset : data_offset + size])
-            try:
-                if typeflag == b"g":
-                    records = global_pax_records(raw)
-                    global_pax = {k: v for k, v in {**global_pax, **records}.items() if v}
-                elif typeflag == b"x":
-                    pending_pax.update(pax_records(raw))
-                elif typeflag == b"L":
-                    long_name = raw.split(b"\0", 1)[0]
-            except ValueError as exc:
-                raise SourceError(f"{name}: {exc} in the header at offset {start}") from None
-            chain_start = start
-            continue
-        merged = {**global_pax, **pending_pax}
-        try:
-            path = member_name(header, merged, long_name)
-        except ValueError as exc:
-            raise SourceError(f"{name}: {exc} (header at offset {start})") from None
-        pending_pax, long_name, chain_start = {}, None, None
-        if any(k.startswith("GNU.sparse.") for k in merged):
-            raise SourceError(f"{name}: member {path!r} is a GNU sparse file; not supported")
-        if typeflag in REFUSED_TYPES:
-            raise SourceError(f"{name}: member {path!r} is {REFUSED_TYPES[typeflag]}; not allowed")
-        if typeflag in DIRECTORY_TYPES or (typeflag in REGULAR_TYPES and path.endswith("/")):
+        path = member.path
+        if is_directory(member):
             directory = path
             continue
-        if typeflag not in REGULAR_TYPES:
-            raise SourceError(
-                f"{name}: member {path!r} has unsupported type {typeflag.decode('latin-1')!r}"
-            )
+        problem = member_problem(member)
+        if problem is not None:
+            raise SourceError(f"{name}: member {path!r} {problem}; not allowed")
         split = _split_member(path, name=name)
         if split is None:
             logger.debug("%s: skipping member %r without an extension", name, path)
@@ -166,10 +97,10 @@ def scan_tar(data: bytes | memoryview, *, name: str) -> list[TarSample]:
                     f"{name}: directory entry {directory!r} lies between the members of "
                     f"sample {key!r}"
                 )
-            if any(ext == member[0] for member in current.members):
+            if any(ext == m[0] for m in current.members):
                 raise SourceError(f"{name}: sample {key!r} has two {ext!r} members ({path!r})")
-            current.members.append((ext, data_offset, size))
-            current = TarSample(key, current.members, current.span_start, padded_end)
+            current.members.append((ext, member.data_start, member.size))
+            current = TarSample(key, current.members, current.span_start, member.end)
             samples[-1] = current
             continue
         if key in seen:
@@ -179,7 +110,9 @@ def scan_tar(data: bytes | memoryview, *, name: str) -> list[TarSample]:
             )
         seen.add(key)
         directory = None
-        current = TarSample(key, [(ext, data_offset, size)], start, padded_end)
+        current = TarSample(
+            key, [(ext, member.data_start, member.size)], member.chain_start, member.end
+        )
         samples.append(current)
     return samples
 
