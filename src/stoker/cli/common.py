@@ -25,6 +25,11 @@ class Context:
     verbose: int
 
 
+def storage_options(ctx: click.Context) -> Any:
+    """The `StorageOptions` the global options gave, for a command handed click's context."""
+    return ctx.obj.storage_options
+
+
 def fail(message: str) -> None:
     """Print ``stoker: error: MESSAGE`` on stderr and exit with status 1."""
     click.echo(f"stoker: error: {message}", err=True)

@@ -13,15 +13,8 @@ import click
 
 from stoker.cli.cache import cache_group
 from stoker.cli.common import Context, fail, handle_errors, with_options
-from stoker.cli.dataset import (
-    bench_command,
-    doctor_command,
-    index_command,
-    inspect_command,
-    pack_command,
-    show_command,
-    verify_command,
-)
+from stoker.cli.dataset import index_command, inspect_command, pack_command, verify_command
+from stoker.cli.profile import bench_command, doctor_command, show_command
 from stoker.cli.progress import BarProgress
 from stoker.core.units import format_bytes
 from stoker.errors import TransferError

@@ -1,0 +1,364 @@
+"""``stoker show``, ``bench`` and ``doctor``: running the Loader over a dataset."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from stoker.cli.common import handle_errors, with_options
+from stoker.cli.common import storage_options as _storage
+from stoker.core.units import format_bytes
+
+if TYPE_CHECKING:
+    from stoker.pipeline.loader import Loader
+    from stoker.profile.compare import CompareConfig
+
+
+def _transform(kind: str, size: int) -> Any:
+    from stoker.pipeline.transforms import CenterCrop, RandomResizedCrop
+
+    if kind == "random-resized-crop":
+        return RandomResizedCrop(size, flip=True)
+    return CenterCrop(size, resize=round(size * 256 / 224))
+
+
+_with_transform_options = with_options(
+    [
+        click.option(
+            "--size",
+            type=click.IntRange(8, 4096),
+            default=224,
+            show_default=True,
+            help="Output side of the transform.",
+        ),
+        click.option(
+            "--transform",
+            "transform_kind",
+            type=click.Choice(["random-resized-crop", "center-crop"]),
+            default="random-resized-crop",
+            show_default=True,
+            help="Training-style random crops with flips, or the evaluation crop.",
+        ),
+        click.option("--seed", type=int, default=0, show_default=True, help="Order and crop seed."),
+    ]
+)
+
+# What `bench` and `doctor` run: the Loader with these settings.
+_with_loader_options = with_options(
+    [
+        click.option(
+            "--batch-size",
+            type=click.IntRange(1),
+            default=256,
+            show_default=True,
+            help="Samples per batch.",
+        ),
+        click.option("--batches", type=click.IntRange(1), help="Run only this many batches."),
+        click.option(
+            "--threads", type=click.IntRange(1), help="Decode threads (default: autotuned)."
+        ),
+        _with_transform_options,
+        click.option(
+            "--cache-dir",
+            type=click.Path(file_okay=False),
+            help="Read through a disk cache in this directory (a second run reads from it).",
+        ),
+    ]
+)
+
+
+def _open_loader(
+    ctx: click.Context,
+    url: str,
+    *,
+    batch_size: int,
+    seed: int,
+    transform_kind: str,
+    size: int,
+    threads: int | None = None,
+    cache_dir: str | None = None,
+) -> Loader:
+    from stoker.pipeline.loader import Loader
+
+    return Loader(
+        url,
+        batch_size=batch_size,
+        seed=seed,
+        num_threads=threads,
+        transform=_transform(transform_kind, size),
+        storage_options=_storage(ctx),
+        cache_dir=cache_dir,
+    )
+
+
+@click.command("show")
+@click.argument("url")
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False),
+    default="grid.png",
+    show_default=True,
+    help="PNG file to write.",
+)
+@_with_transform_options
+@click.pass_context
+@handle_errors
+def show_command(
+    ctx: click.Context, url: str, out: str, size: int, transform_kind: str, seed: int
+) -> None:
+    """Write a 3x3 grid of decoded, transformed samples titled with their class names.
+
+    The quick visual check of a pipeline: are the crops sensible, the labels right?
+    """
+    from stoker.profile.grid import save_sample_grid
+
+    with _open_loader(
+        ctx, url, batch_size=9, seed=seed, transform_kind=transform_kind, size=size
+    ) as loader:
+        path = save_sample_grid(loader, out)
+    click.echo(f"Wrote {path} (9 samples of {url}).")
+
+
+@click.command("bench")
+@click.argument("url")
+@_with_loader_options
+@click.option(
+    "--compare",
+    is_flag=True,
+    help="URL is a folder of small images (class folders of JPEGs): time downloading them "
+    "one by one, downloading in parallel, streaming them, and packing then streaming.",
+)
+@click.option(
+    "--limit",
+    type=click.IntRange(1),
+    default=1000,
+    show_default=True,
+    help="With --compare: files used (an evenly spaced sample of a larger folder).",
+)
+@click.option(
+    "--pack-to",
+    metavar="URL",
+    help="With --compare: an empty location to pack into (default: URL-stoker-compare).",
+)
+@click.option(
+    "--keep-packed", is_flag=True, help="With --compare: keep the packed copy (else deleted)."
+)
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False),
+    default="compare.png",
+    show_default=True,
+    help="With --compare: the bar chart to write.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.pass_context
+@handle_errors
+def bench_command(
+    ctx: click.Context,
+    url: str,
+    batch_size: int,
+    batches: int | None,
+    threads: int | None,
+    size: int,
+    transform_kind: str,
+    seed: int,
+    cache_dir: str | None,
+    compare: bool,
+    limit: int,
+    pack_to: str | None,
+    keep_packed: bool,
+    out: str,
+    as_json: bool,
+) -> None:
+    """Run the loader over URL (one epoch, or --batches) and report its speed.
+
+    Images per second, time to first batch, bytes and GET requests per sample, the share
+    of time a consumer would wait, peak memory, and the shuffle's quality (how far apart
+    neighbours are, shards per batch) with its cost in GETs per epoch.
+
+    With --compare, URL is a folder of small images instead, and the four usual ways to
+    train on it are timed to the first batch and to the end of one epoch, with the same
+    decoding: (a) download one by one, then train; (b) download in parallel, then train;
+    (c) stream the small files, one GET each; (d) pack, then stream the shards. Prints a
+    table and writes a bar chart (--out).
+    """
+    if compare:
+        if batches is not None or cache_dir is not None or transform_kind != "random-resized-crop":
+            raise click.UsageError("--compare takes no --batches, --cache-dir or --transform")
+        from stoker.profile.compare import CompareConfig
+
+        config = CompareConfig(
+            limit=limit, batch_size=batch_size, size=size, threads=threads, seed=seed
+        )
+        _compare(
+            ctx, url, config, pack_to=pack_to, keep_packed=keep_packed, out=out, as_json=as_json
+        )
+        return
+    from stoker.pipeline.quality import shuffle_quality
+    from stoker.profile.bench import bench_loader
+
+    with _open_loader(
+        ctx,
+        url,
+        batch_size=batch_size,
+        seed=seed,
+        transform_kind=transform_kind,
+        size=size,
+        threads=threads,
+        cache_dir=cache_dir,
+    ) as loader:
+        result = bench_loader(loader, max_batches=batches)
+        quality = shuffle_quality(
+            [s.samples for s in loader.dataset.shards],
+            config=loader.order_config,
+            batch_size=batch_size,
+        )
+    if as_json:
+        click.echo(json.dumps({**result.to_dict(), "shuffle": quality.to_dict()}, indent=2))
+        return
+    click.echo(
+        f"{result.samples:,} samples in {result.seconds:.2f} s: {result.images_per_s:,.0f} "
+        f"images/s; first batch after {result.first_batch_s:.2f} s; "
+        f"{format_bytes(result.bytes_per_sample)} and {result.requests_per_sample:.3f} GETs "
+        f"per sample; peak RSS {result.peak_rss_mb:,.0f} MB."
+    )
+    click.echo(
+        f"Shuffle: neighbours {quality.mean_neighbour_distance:.3f} of the dataset apart "
+        f"(random: ~0.333), {quality.mean_shards_per_batch:.1f} shards per batch, "
+        f"{quality.requests_per_epoch:,} GETs per epoch ({quality.requests_per_sample:.3f} "
+        "per sample)."
+    )
+
+
+def _compare(
+    ctx: click.Context,
+    url: str,
+    config: CompareConfig,
+    *,
+    pack_to: str | None,
+    keep_packed: bool,
+    out: str,
+    as_json: bool,
+) -> None:
+    from stoker.profile.compare import compare_methods, default_pack_to, format_comparison
+    from stoker.profile.plots import render_comparison, save_png
+
+    result = compare_methods(
+        url,
+        pack_to=pack_to or default_pack_to(url),
+        storage_options=_storage(ctx),
+        config=config,
+        keep_packed=keep_packed,
+        log=None if as_json else (lambda line: click.echo(line, err=True)),
+    )
+    path = save_png(render_comparison(result), out)
+    if as_json:
+        click.echo(json.dumps({**result.to_dict(), "png": str(path)}, indent=2))
+        return
+    click.echo(format_comparison(result))
+    kept = f" The packed copy is at {result.packed}." if result.packed else ""
+    click.echo(f"Wrote {path}.{kept}")
+
+
+@click.command("doctor")
+@click.argument("url")
+@click.option(
+    "--step-ms",
+    type=click.FloatRange(0),
+    default=100.0,
+    show_default=True,
+    help="Your training step per batch, simulated by sleeping (as waiting on a GPU does).",
+)
+@click.option(
+    "--seconds",
+    type=click.FloatRange(0.1),
+    default=15.0,
+    show_default=True,
+    help="Measure for about this long (epochs repeat as needed; --batches instead).",
+)
+@_with_loader_options
+@click.option(
+    "--busy-step",
+    is_flag=True,
+    help="Simulate the step by keeping a core busy (a model on the CPU) instead of sleeping.",
+)
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False),
+    default="doctor.png",
+    show_default=True,
+    help="The picture: verdict, timeline, where the time went.",
+)
+@click.option(
+    "--trace",
+    "trace_path",
+    type=click.Path(dir_okay=False),
+    help="Also write the timeline as Chrome-trace JSON (open it in ui.perfetto.dev).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the diagnosis as JSON.")
+@click.pass_context
+@handle_errors
+def doctor_command(
+    ctx: click.Context,
+    url: str,
+    step_ms: float,
+    batch_size: int,
+    seconds: float,
+    batches: int | None,
+    threads: int | None,
+    size: int,
+    transform_kind: str,
+    seed: int,
+    cache_dir: str | None,
+    busy_step: bool,
+    out: str,
+    trace_path: str | None,
+    as_json: bool,
+) -> None:
+    """Say whether the input pipeline would hold back training on URL, and what to change.
+
+    Runs the loader against a simulated training step of --step-ms per batch and measures
+    how long the loop waits for data. If it waits more than 10% of the time the pipeline
+    is the bottleneck, and the stage it waited on is named: the store (requests too slow
+    or too few), decoding, your transform, or assembling batches; otherwise the model is
+    (compute-bound). Prints concrete changes with values to try, writes a PNG (--out) and,
+    with --trace, a Chrome trace of every stage on every thread.
+    """
+    from stoker.profile.advice import format_diagnosis
+    from stoker.profile.doctor import diagnose
+    from stoker.profile.plots import render_doctor, save_png
+    from stoker.profile.trace import write_chrome_trace
+
+    with _open_loader(
+        ctx,
+        url,
+        batch_size=batch_size,
+        seed=seed,
+        transform_kind=transform_kind,
+        size=size,
+        threads=threads,
+        cache_dir=cache_dir,
+    ) as loader:
+        diagnosis = diagnose(
+            loader,
+            step_s=step_ms / 1000,
+            max_batches=batches,
+            seconds=None if batches else seconds,
+            step="spin" if busy_step else "sleep",
+        )
+    png = save_png(render_doctor(diagnosis), out)
+    if trace_path:
+        write_chrome_trace(diagnosis.events, trace_path, origin_s=diagnosis.origin_s)
+    if as_json:
+        click.echo(
+            json.dumps({**diagnosis.to_dict(), "png": str(png), "trace": trace_path}, indent=2)
+        )
+        return
+    click.echo(format_diagnosis(diagnosis))
+    click.echo(
+        f"\nWrote {png}"
+        + (f" and {trace_path} (open in ui.perfetto.dev)" if trace_path else "")
+        + "."
+    )
