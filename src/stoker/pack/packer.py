@@ -326,7 +326,15 @@ def pack(
         from stoker.pack.ray_engine import write_shards_with_ray
 
         payloads.update(
-            write_shards_with_ray(reader, shard_refs, store.url, storage_options, config, tick)
+            write_shards_with_ray(
+                reader,
+                shard_refs,
+                store.url,
+                storage_options,
+                config,
+                tick,
+                write_shard=write_one_shard,
+            )
         )
     else:
         with (
