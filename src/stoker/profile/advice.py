@@ -19,7 +19,7 @@ from stoker.pipeline.transforms import PlannedTransform
 from stoker.storage.cached import CachedStore
 
 if TYPE_CHECKING:
-    from stoker.profile.doctor import Diagnosis
+    from stoker.profile.diagnosis import Diagnosis
 
 #: The doctor suggests at most this many read groups in flight (memory grows with it).
 MAX_SUGGESTED_PREFETCH = 32

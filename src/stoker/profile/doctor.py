@@ -22,17 +22,19 @@ import math
 import os
 import time
 from collections.abc import Generator, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from dataclasses import dataclass, replace
+from typing import Literal
 
 from stoker.core.metrics import StageTotals, TraceEvent
 from stoker.pipeline.loader import Loader
 from stoker.profile.advice import advise
+from stoker.profile.diagnosis import Bottleneck, Diagnosis
+
+__all__ = ["INPUT_BOUND_SHARE", "STAGE_OF", "Bottleneck", "Diagnosis", "diagnose"]
 
 #: Above this share of waiting, the consumer is input-bound.
 INPUT_BOUND_SHARE = 0.10
 
-Bottleneck = Literal["store", "decode", "transform", "collate", "consumer"]
 #: The stage behind each bottleneck, as ``loader.stats().stages`` names it.
 STAGE_OF: dict[str, str] = {
     "store": "fetch",
@@ -41,95 +43,6 @@ STAGE_OF: dict[str, str] = {
     "collate": "collate",
     "consumer": "consumer.step",
 }
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Diagnosis:
-    """What :func:`diagnose` found.
-
-    Attributes:
-        url: The dataset.
-        verdict: ``"compute-bound"`` or ``"input-bound: <bottleneck>"``.
-        bottleneck: ``store``, ``decode``, ``transform``, ``collate``, or ``consumer`` when
-            compute-bound.
-        dominant_stage: The loader stage behind it (``fetch``, ``decode``, ...,
-            ``consumer.step``).
-        input_bound_share: Share of the consumer's time spent waiting for batches.
-        wait_shares: Where that waiting went: ``store``, ``decode``, ``transform``,
-            ``collate`` and ``other`` (bookkeeping), summing to 1.
-        load: How busy each resource was over the measured window: ``store`` (share of
-            the time at least one request was in flight), ``requests_in_flight`` (read
-            groups in flight on average), ``decode_busy`` (decode threads busy on average),
-            ``decode_threads`` (that as a share of the loader's threads, at most 1),
-            ``cpu`` (this process's CPU time per core and second) and ``machine`` (the
-            system's one-minute load average per core: above 1, other processes compete
-            for the cores).
-        advice: What to change, most useful first.
-        step_s: The simulated step.
-        batch_size: Samples per batch.
-        num_threads: The loader's decode threads.
-        prefetch: The loader's read groups in flight.
-        batches: Batches measured (after the warm-up).
-        samples: Samples in them.
-        seconds: Length of the measured window.
-        first_batch_s: Time from the start to the first batch.
-        stages: Each stage's totals over the measured window.
-        requests: Store counters over the measured window.
-        origin_s: Start of the run on the ``perf_counter`` clock.
-        window_start_s: Start of the measured window, on the same clock.
-        events: The loader's timeline (``Loader.events``) over the whole run.
-    """
-
-    url: str
-    verdict: str
-    bottleneck: Bottleneck
-    dominant_stage: str
-    input_bound_share: float
-    wait_shares: dict[str, float]
-    load: dict[str, float]
-    advice: list[str]
-    step_s: float
-    batch_size: int
-    num_threads: int
-    prefetch: int
-    batches: int
-    samples: int
-    seconds: float
-    first_batch_s: float
-    stages: dict[str, StageTotals] = field(default_factory=dict)
-    requests: dict[str, int] = field(default_factory=dict)
-    origin_s: float = 0.0
-    window_start_s: float = 0.0
-    events: tuple[TraceEvent, ...] = ()
-
-    @property
-    def images_per_s(self) -> float:
-        """Samples delivered per second over the measured window."""
-        return self.samples / self.seconds if self.seconds > 0 else 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict (the timeline left out)."""
-        return {
-            "url": self.url,
-            "verdict": self.verdict,
-            "bottleneck": self.bottleneck,
-            "dominant_stage": self.dominant_stage,
-            "input_bound_share": round(self.input_bound_share, 4),
-            "wait_shares": {k: round(v, 4) for k, v in self.wait_shares.items()},
-            "load": {k: round(v, 4) for k, v in self.load.items()},
-            "advice": self.advice,
-            "step_s": self.step_s,
-            "batch_size": self.batch_size,
-            "num_threads": self.num_threads,
-            "prefetch": self.prefetch,
-            "batches": self.batches,
-            "samples": self.samples,
-            "seconds": round(self.seconds, 4),
-            "first_batch_s": round(self.first_batch_s, 4),
-            "images_per_s": round(self.images_per_s, 1),
-            "stages": {k: v.to_dict() for k, v in self.stages.items()},
-            "requests": self.requests,
-        }
 
 
 def _simulate_step(step_s: float, step: str) -> None:

@@ -21,7 +21,7 @@ from stoker.profile.trace import place_events
 
 if TYPE_CHECKING:
     from stoker.profile.compare import Comparison
-    from stoker.profile.doctor import Diagnosis
+    from stoker.profile.diagnosis import Diagnosis
 
 Font = ImageFont.FreeTypeFont | ImageFont.ImageFont
 RGB = tuple[int, int, int]
