@@ -311,18 +311,7 @@ def index_command(
     """
     report = index_webdataset(url, storage_options=_storage(ctx), class_names=list(class_names))
     if as_json:
-        click.echo(
-            json.dumps(
-                {
-                    "url": report.url,
-                    "shards": report.shards,
-                    "samples": report.samples,
-                    "bytes": report.bytes,
-                    "seconds": round(report.seconds, 3),
-                },
-                indent=2,
-            )
-        )
+        click.echo(json.dumps(report.to_dict(), indent=2))
         return
     click.echo(
         f"Indexed {report.samples:,} samples in {report.shards} shards "

@@ -27,6 +27,16 @@ class IndexReport:
     bytes: int
     seconds: float
 
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return {
+            "url": self.url,
+            "shards": self.shards,
+            "samples": self.samples,
+            "bytes": self.bytes,
+            "seconds": round(self.seconds, 3),
+        }
+
 
 def index_webdataset(
     url: str | os.PathLike[str],
