@@ -30,6 +30,9 @@ import obstore
 
 from stoker.core.metrics import Counters
 from stoker.storage.base import Listing, ObjectMeta, PutData
+from stoker.storage.cache import DiskCache
+from stoker.storage.engine import IOEngine, default_engine
+from stoker.storage.options import StorageOptions
 
 WHEN = datetime(2024, 1, 1, tzinfo=UTC)
 PAGE = 1000
@@ -96,6 +99,18 @@ class _GeneratedBucket:
     def counters(self) -> Counters:
         return self._counters
 
+    @property
+    def engine(self) -> IOEngine:
+        return default_engine()
+
+    @property
+    def cache(self) -> DiskCache | None:
+        return None
+
+    @property
+    def options(self) -> StorageOptions:
+        return StorageOptions()
+
     async def list_async(self, prefix: str = "") -> AsyncIterator[builtins.list[ObjectMeta]]:
         for start in range(0, self.objects, PAGE):
             stop = min(self.objects, start + PAGE)
@@ -139,6 +154,9 @@ class _GeneratedBucket:
         raise NotImplementedError
 
     async def head_async(self, path: str) -> ObjectMeta:
+        raise NotImplementedError
+
+    async def list_dir_async(self, prefix: str = "") -> Listing:
         raise NotImplementedError
 
     async def put_async(self, path: str, data: PutData) -> ObjectMeta:

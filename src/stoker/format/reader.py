@@ -16,7 +16,7 @@ from stoker.errors import CorruptShardError, ShardFormatError
 from stoker.format.index import DatasetIndex, ShardEntry, read_index
 from stoker.format.tar import parse_members
 from stoker.storage.base import Store
-from stoker.storage.open import engine_for, open_store
+from stoker.storage.open import open_store
 
 #: Samples closer than this in one shard are fetched by one request (the gap is read too).
 DEFAULT_MAX_GAP_BYTES = 1 << 20
@@ -209,7 +209,7 @@ class ShardDataset:
                 index's (unless ``return_errors``).
             ShardFormatError: A sample's members are malformed (unless ``return_errors``).
         """
-        engine = engine_for(self._store)
+        engine = self._store.engine
         return engine.run(
             self._read_many(indices, max_gap_bytes, max_run_bytes, return_errors=return_errors)
         )
@@ -313,7 +313,7 @@ class ShardDataset:
         Args:
             progress: Called with the bytes of each shard once it is checked.
         """
-        engine = engine_for(self._store)
+        engine = self._store.engine
         report = VerifyReport()
         first_sample = np.concatenate([[0], np.cumsum([s.samples for s in self.shards])])
 

@@ -34,7 +34,6 @@ import numpy as np
 from stoker.core.metrics import Counters
 from stoker.errors import ShardFormatError
 from stoker.storage.base import ObjectMeta, Store
-from stoker.storage.open import engine_for
 
 NPY_MAGIC = b"\x93NUMPY"
 #: Rows closer than this are read by one request (the gap is read too).
@@ -231,7 +230,7 @@ class SideTable:
             IndexError: A row number is out of range.
             TypeError: ``indices`` are not integers.
         """
-        return engine_for(self._store).run(
+        return self._store.engine.run(
             self.rows_async(indices, max_gap_bytes=max_gap_bytes, max_run_bytes=max_run_bytes)
         )
 

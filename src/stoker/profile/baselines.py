@@ -19,7 +19,6 @@ import numpy as np
 from stoker.pipeline.decode import decode_planned
 from stoker.pipeline.transforms import RandomResizedCrop
 from stoker.storage import Store
-from stoker.storage.open import engine_for
 from stoker.storage.transfer import TransferConfig, download, safe_local_path
 
 
@@ -97,5 +96,5 @@ def download_parallel(
 
         await asyncio.gather(*(one(key) for key in keys))
 
-    engine_for(store).run(fetch_all())
+    store.engine.run(fetch_all())
     return time.perf_counter() - started

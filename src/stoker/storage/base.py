@@ -6,8 +6,10 @@ separator. Reads return ``memoryview`` objects over the received bytes (no copy)
 with ``bytes`` directly or call ``bytes(view)``.
 
 Every operation comes in a blocking form and an ``_async`` form. The blocking form is for
-ordinary callers; the async form runs on the store's I/O engine loop and lets transfer and
-loader code keep hundreds of requests in flight from one thread.
+ordinary callers; the async form runs on the store's I/O engine (:attr:`Store.engine`) and
+lets transfer and loader code keep hundreds of requests in flight from one thread. Backends
+write the async forms and inherit the blocking ones from
+:class:`~stoker.storage.blocking.BlockingForms`.
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from stoker.core.metrics import Counters
+from stoker.storage.cache import DiskCache
+from stoker.storage.engine import IOEngine
+from stoker.storage.options import StorageOptions
 
 #: What ``put`` accepts: bytes-like data, or the path of a local file to upload.
 PutData = bytes | bytearray | memoryview | Path
@@ -62,6 +67,21 @@ class Store(Protocol):
     @property
     def counters(self) -> Counters:
         """Request, byte, retry and error counters of this store."""
+        ...
+
+    @property
+    def engine(self) -> IOEngine:
+        """The I/O engine this store's async methods run on (and only on)."""
+        ...
+
+    @property
+    def cache(self) -> DiskCache | None:
+        """The disk cache this store reads through, or None."""
+        ...
+
+    @property
+    def options(self) -> StorageOptions:
+        """The options the store was opened with (the defaults where it takes none)."""
         ...
 
     def get(self, path: str) -> memoryview:
@@ -126,6 +146,10 @@ class Store(Protocol):
 
     def list_async(self, prefix: str = "") -> AsyncIterator[builtins.list[ObjectMeta]]:
         """Async form of :meth:`list`, yielding pages of objects."""
+        ...
+
+    async def list_dir_async(self, prefix: str = "") -> Listing:
+        """Async form of :meth:`list_dir`."""
         ...
 
     async def put_async(self, path: str, data: PutData) -> ObjectMeta:

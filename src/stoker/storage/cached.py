@@ -10,17 +10,20 @@ from __future__ import annotations
 import asyncio
 import builtins
 import threading
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 
 from stoker.core.metrics import Counters
 from stoker.storage.base import Listing, ObjectMeta, PutData, Store, check_range, check_ranges
+from stoker.storage.blocking import BlockingForms
 from stoker.storage.cache import DiskCache
+from stoker.storage.engine import IOEngine
+from stoker.storage.options import StorageOptions
 
 #: A page's bytes: from the disk cache, or a view into the ranged read that fetched it.
 Page = bytes | memoryview
 
 
-class CachedStore:
+class CachedStore(BlockingForms):
     """A Store whose ranged reads go through a :class:`DiskCache`, in aligned pages.
 
     An object is cut into pages of ``page_bytes`` at fixed offsets; a ranged read takes the
@@ -65,6 +68,14 @@ class CachedStore:
     @property
     def counters(self) -> Counters:
         return self.inner.counters
+
+    @property
+    def engine(self) -> IOEngine:
+        return self.inner.engine
+
+    @property
+    def options(self) -> StorageOptions:
+        return self.inner.options
 
     def __repr__(self) -> str:
         return f"CachedStore({self.inner!r}, {self.cache!r}, page_bytes={self.page_bytes})"
@@ -122,32 +133,11 @@ class CachedStore:
 
     # -- cached reads ----------------------------------------------------------------------
 
-    def get_range(self, path: str, *, start: int, end: int) -> memoryview:
-        version, size = self._known(path) or self._remember(path, self.inner.head(path))
-        pages: dict[int, Page] = {}
-        missing = []
-        for page in self._pages(path, start, end, size):
-            hit = self.cache.get(self._page_key(path, version, page))
-            if hit is None:
-                missing.append(page)
-            else:
-                pages[page] = hit
-        for run_start, run_end, run in self._missing_runs(missing, size):
-            data = self.inner.get_range(path, start=run_start, end=run_end)
-            for page, payload in self._split(data, run, run_start).items():
-                self.cache.put(self._page_key(path, version, page), payload)
-                pages[page] = payload
-        return self._assemble(pages, start, end)
-
-    def get_ranges(
-        self, path: str, *, starts: Sequence[int], ends: Sequence[int]
-    ) -> builtins.list[memoryview]:
-        check_ranges(path, starts, ends)
-        return [self.get_range(path, start=s, end=e) for s, e in zip(starts, ends, strict=True)]
+    async def _version(self, path: str) -> tuple[str, int]:
+        return self._known(path) or self._remember(path, await self.inner.head_async(path))
 
     async def get_range_async(self, path: str, *, start: int, end: int) -> memoryview:
-        known = self._known(path) or self._remember(path, await self.inner.head_async(path))
-        version, size = known
+        version, size = await self._version(path)
         keys = {
             page: self._page_key(path, version, page)
             for page in self._pages(path, start, end, size)
@@ -211,6 +201,8 @@ class CachedStore:
         self, path: str, *, starts: Sequence[int], ends: Sequence[int]
     ) -> builtins.list[memoryview]:
         check_ranges(path, starts, ends)
+        if starts:
+            await self._version(path)  # one HEAD for all the ranges, not one each
         return list(
             await asyncio.gather(
                 *(
@@ -222,26 +214,6 @@ class CachedStore:
 
     # -- everything else goes straight through -----------------------------------------------
 
-    def get(self, path: str) -> memoryview:
-        return self.inner.get(path)
-
-    def head(self, path: str) -> ObjectMeta:
-        return self.inner.head(path)
-
-    def list(self, prefix: str = "") -> Iterator[ObjectMeta]:
-        return self.inner.list(prefix)
-
-    def list_dir(self, prefix: str = "") -> Listing:
-        return self.inner.list_dir(prefix)
-
-    def put(self, path: str, data: PutData) -> ObjectMeta:
-        self._forget(path)
-        return self.inner.put(path, data)
-
-    def delete(self, path: str) -> None:
-        self._forget(path)
-        self.inner.delete(path)
-
     async def get_async(self, path: str) -> memoryview:
         return await self.inner.get_async(path)
 
@@ -250,6 +222,9 @@ class CachedStore:
 
     def list_async(self, prefix: str = "") -> AsyncIterator[builtins.list[ObjectMeta]]:
         return self.inner.list_async(prefix)
+
+    async def list_dir_async(self, prefix: str = "") -> Listing:
+        return await self.inner.list_dir_async(prefix)
 
     async def put_async(self, path: str, data: PutData) -> ObjectMeta:
         self._forget(path)

@@ -5,31 +5,38 @@ from __future__ import annotations
 import builtins
 import hashlib
 import threading
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
 from stoker.core.metrics import Counters
 from stoker.errors import ObjectNotFoundError
 from stoker.storage.base import Listing, ObjectMeta, PutData, check_range, check_ranges
+from stoker.storage.blocking import BlockingForms
+from stoker.storage.cache import DiskCache
+from stoker.storage.engine import IOEngine, default_engine
+from stoker.storage.options import StorageOptions
 
 _LIST_PAGE = 1000
 
 
-class MemoryStore:
+class MemoryStore(BlockingForms):
     """A thread-safe dict of objects that behaves like a bucket.
 
     ETags are the hex MD5 of the bytes, as S3 gives for single-part uploads.
 
     Args:
         name: Shown in URLs and error messages (``memory://NAME``).
+        engine: I/O engine to run on; the process's shared engine by default.
     """
 
-    def __init__(self, name: str = "memory") -> None:
+    def __init__(self, name: str = "memory", *, engine: IOEngine | None = None) -> None:
         self._name = name
         self._objects: dict[str, tuple[bytes, ObjectMeta]] = {}
         self._lock = threading.Lock()
         self._counters = Counters()
+        self._engine = engine
+        self._options = StorageOptions()
 
     @property
     def url(self) -> str:
@@ -42,6 +49,19 @@ class MemoryStore:
     def counters(self) -> Counters:
         return self._counters
 
+    @property
+    def engine(self) -> IOEngine:
+        # Resolved on each use: in a forked child, the child's own engine.
+        return self._engine if self._engine is not None else default_engine()
+
+    @property
+    def cache(self) -> DiskCache | None:
+        return None
+
+    @property
+    def options(self) -> StorageOptions:
+        return self._options
+
     def __repr__(self) -> str:
         return f"MemoryStore({self._name!r}, objects={len(self._objects)})"
 
@@ -53,13 +73,16 @@ class MemoryStore:
             raise ObjectNotFoundError(f"{self.url}/{path}: no such object")
         return found
 
-    def get(self, path: str) -> memoryview:
+    async def get_async(self, path: str) -> memoryview:
         self._counters.add("requests.get")
         data, _ = self._lookup(path)
         self._counters.add("bytes.read", len(data))
         return memoryview(data)
 
-    def get_range(self, path: str, *, start: int, end: int) -> memoryview:
+    async def get_range_async(self, path: str, *, start: int, end: int) -> memoryview:
+        return self._get_range(path, start, end)
+
+    def _get_range(self, path: str, start: int, end: int) -> memoryview:
         check_range(path, start, end)
         self._counters.add("requests.get")
         data, _ = self._lookup(path)
@@ -71,21 +94,17 @@ class MemoryStore:
         self._counters.add("bytes.read", end - start)
         return memoryview(data)[start:end]
 
-    def get_ranges(
+    async def get_ranges_async(
         self, path: str, *, starts: Sequence[int], ends: Sequence[int]
     ) -> builtins.list[memoryview]:
         check_ranges(path, starts, ends)
-        return [self.get_range(path, start=s, end=e) for s, e in zip(starts, ends, strict=True)]
+        return [self._get_range(path, s, e) for s, e in zip(starts, ends, strict=True)]
 
-    def head(self, path: str) -> ObjectMeta:
+    async def head_async(self, path: str) -> ObjectMeta:
         self._counters.add("requests.head")
         return self._lookup(path)[1]
 
-    def list(self, prefix: str = "") -> Iterator[ObjectMeta]:
-        for page in self._pages(prefix):
-            yield from page
-
-    def _pages(self, prefix: str) -> Iterator[builtins.list[ObjectMeta]]:
+    async def list_async(self, prefix: str = "") -> AsyncIterator[builtins.list[ObjectMeta]]:
         with self._lock:
             keys = sorted(k for k in self._objects if _under(k, prefix))
             metas = [self._objects[k][1] for k in keys]
@@ -93,7 +112,7 @@ class MemoryStore:
             self._counters.add("requests.list")
             yield metas[i : i + _LIST_PAGE]
 
-    def list_dir(self, prefix: str = "") -> Listing:
+    async def list_dir_async(self, prefix: str = "") -> Listing:
         self._counters.add("requests.list")
         base = prefix.rstrip("/") + "/" if prefix.strip("/") else ""
         prefixes: set[str] = set()
@@ -110,7 +129,7 @@ class MemoryStore:
                 objects.append(meta)
         return Listing(prefixes=sorted(prefixes), objects=objects)
 
-    def put(self, path: str, data: PutData) -> ObjectMeta:
+    async def put_async(self, path: str, data: PutData) -> ObjectMeta:
         if not path or path.endswith("/"):
             raise ValueError(f"{self.url}: invalid object key {path!r}")
         payload = Path(data).read_bytes() if isinstance(data, Path) else bytes(data)
@@ -126,34 +145,10 @@ class MemoryStore:
             self._objects[path] = (payload, meta)
         return meta
 
-    def delete(self, path: str) -> None:
+    async def delete_async(self, path: str) -> None:
         self._counters.add("requests.delete")
         with self._lock:
             self._objects.pop(path, None)
-
-    async def get_async(self, path: str) -> memoryview:
-        return self.get(path)
-
-    async def get_range_async(self, path: str, *, start: int, end: int) -> memoryview:
-        return self.get_range(path, start=start, end=end)
-
-    async def get_ranges_async(
-        self, path: str, *, starts: Sequence[int], ends: Sequence[int]
-    ) -> builtins.list[memoryview]:
-        return self.get_ranges(path, starts=starts, ends=ends)
-
-    async def head_async(self, path: str) -> ObjectMeta:
-        return self.head(path)
-
-    async def list_async(self, prefix: str = "") -> AsyncIterator[builtins.list[ObjectMeta]]:
-        for page in self._pages(prefix):
-            yield page
-
-    async def put_async(self, path: str, data: PutData) -> ObjectMeta:
-        return self.put(path, data)
-
-    async def delete_async(self, path: str) -> None:
-        self.delete(path)
 
 
 def _under(key: str, prefix: str) -> bool:

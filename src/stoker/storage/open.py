@@ -7,8 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from stoker.storage.base import Store
-from stoker.storage.cached import CachedStore
-from stoker.storage.engine import IOEngine, default_engine
+from stoker.storage.engine import IOEngine
 from stoker.storage.memory import named_memory_store
 from stoker.storage.options import StorageOptions
 from stoker.storage.remote import ObstoreStore
@@ -50,15 +49,9 @@ def open_store(
     return ObstoreStore(build_native(parsed, options), parsed, options=options, engine=engine)
 
 
-def engine_for(store: Store, engine: IOEngine | None = None) -> IOEngine:
-    """The engine to run ``store``'s async methods on.
+def engine_for(store: Store) -> IOEngine:
+    """The engine to run ``store``'s async methods on: ``store.engine``.
 
-    An obstore-backed store must run on its own engine's loop (also when wrapped in a
-    :class:`~stoker.storage.cache.CachedStore`); any other store runs on ``engine`` or the
-    process's shared engine.
+    Kept for callers not yet switched to :attr:`Store.engine <stoker.storage.base.Store.engine>`.
     """
-    if isinstance(store, CachedStore):
-        return engine_for(store.inner, engine)
-    if isinstance(store, ObstoreStore):
-        return store.engine
-    return engine or default_engine()
+    return store.engine

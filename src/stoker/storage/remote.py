@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -26,6 +26,8 @@ from stoker.errors import (
     StorageError,
 )
 from stoker.storage.base import Listing, ObjectMeta, PutData, check_range, check_ranges
+from stoker.storage.blocking import BlockingForms
+from stoker.storage.cache import DiskCache
 from stoker.storage.engine import IOEngine, default_engine
 from stoker.storage.options import StorageOptions
 from stoker.storage.retry import RETRYABLE, ShortBodyError, call_with_retries, classify
@@ -83,7 +85,7 @@ def _meta(raw: Any, key: str | None = None) -> ObjectMeta:
     )
 
 
-class ObstoreStore:
+class ObstoreStore(BlockingForms):
     """A :class:`~stoker.storage.base.Store` over an obstore store.
 
     Build one with :func:`stoker.open_store`; the constructor is for code that already has
@@ -123,12 +125,14 @@ class ObstoreStore:
 
     @property
     def engine(self) -> IOEngine:
-        """The I/O engine this store's requests run on."""
         return self._engine
 
     @property
+    def cache(self) -> DiskCache | None:
+        return None
+
+    @property
     def options(self) -> StorageOptions:
-        """The options the store was opened with."""
         return self._options
 
     def __repr__(self) -> str:
@@ -323,8 +327,6 @@ class ObstoreStore:
                 yield page
 
     async def list_dir_async(self, prefix: str = "") -> Listing:
-        """Async form of :meth:`list_dir`."""
-
         async def attempt() -> Listing:
             raw = await obs.list_with_delimiter_async(self._native, prefix.strip("/") or None)
             return Listing(
@@ -366,40 +368,3 @@ class ObstoreStore:
                 return
 
         await self._request("delete", path, attempt)
-
-    # -- blocking forms --------------------------------------------------------------------
-
-    def get(self, path: str) -> memoryview:
-        return self._engine.run(self.get_async(path))
-
-    def get_range(self, path: str, *, start: int, end: int) -> memoryview:
-        return self._engine.run(self.get_range_async(path, start=start, end=end))
-
-    def get_ranges(
-        self, path: str, *, starts: Sequence[int], ends: Sequence[int]
-    ) -> builtins.list[memoryview]:
-        return self._engine.run(self.get_ranges_async(path, starts=starts, ends=ends))
-
-    def head(self, path: str) -> ObjectMeta:
-        return self._engine.run(self.head_async(path))
-
-    def list(self, prefix: str = "") -> Iterator[ObjectMeta]:
-        pages = self.list_async(prefix)
-
-        async def next_page() -> builtins.list[ObjectMeta] | None:
-            try:
-                return await pages.__anext__()
-            except StopAsyncIteration:
-                return None
-
-        while (page := self._engine.run(next_page())) is not None:
-            yield from page
-
-    def list_dir(self, prefix: str = "") -> Listing:
-        return self._engine.run(self.list_dir_async(prefix))
-
-    def put(self, path: str, data: PutData) -> ObjectMeta:
-        return self._engine.run(self.put_async(path, data))
-
-    def delete(self, path: str) -> None:
-        self._engine.run(self.delete_async(path))

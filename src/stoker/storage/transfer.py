@@ -35,9 +35,6 @@ from stoker.errors import StokerError, TransferError
 from stoker.storage.base import ObjectMeta, Store
 from stoker.storage.checksum import etag_matches, md5_file, md5_hex
 from stoker.storage.engine import IOEngine
-from stoker.storage.open import engine_for
-from stoker.storage.options import StorageOptions
-from stoker.storage.remote import ObstoreStore
 
 PARTIAL_SUFFIX = ".stoker-partial"
 DEFAULT_WORKERS = 64
@@ -195,8 +192,7 @@ def _local_is_current(path: Path, meta: ObjectMeta, *, part_size_bytes: int) -> 
 
 
 def _part_size(store: Store) -> tuple[int, int]:
-    options = store.options if isinstance(store, ObstoreStore) else StorageOptions()
-    return options.part_size_bytes, options.multipart_threshold_bytes
+    return store.options.part_size_bytes, store.options.multipart_threshold_bytes
 
 
 async def _run_pool(items: Iterable[Any], workers: int, job: Any) -> None:
@@ -452,8 +448,8 @@ def download(
         dst_dir: Local directory, created if missing.
         config: Workers, filters, resume and verification.
         progress: Receives progress updates.
-        engine: Engine to run a non-obstore store on (an obstore-backed store always runs
-            on its own); the process's by default.
+        engine: Unused, kept so that existing calls still work: the run goes on
+            ``store.engine``, the one engine the store's requests may run on.
 
     Returns:
         What was transferred, skipped and how fast.
@@ -468,9 +464,8 @@ def download(
     dst = Path(dst_dir).expanduser().resolve()
     dst.mkdir(parents=True, exist_ok=True)
     report = TransferReport(direction="download", source=store.url, destination=str(dst))
-    run_engine = engine_for(store, engine)
     started = time.perf_counter()
-    run_engine.run(_download(store, dst, config, progress or _NoProgress(), report))
+    store.engine.run(_download(store, dst, config, progress or _NoProgress(), report))
     report.seconds = time.perf_counter() - started
     report.requests = store.counters.snapshot()
     _raise_failures(report)
@@ -566,8 +561,8 @@ def upload(
         store: Destination.
         config: Workers, filters, resume and verification.
         progress: Receives progress updates.
-        engine: Engine to run a non-obstore store on (an obstore-backed store always runs
-            on its own); the process's by default.
+        engine: Unused, kept so that existing calls still work: the run goes on
+            ``store.engine``, the one engine the store's requests may run on.
 
     Returns:
         What was transferred, skipped and how fast.
@@ -581,11 +576,10 @@ def upload(
     if not src.is_dir():
         raise NotADirectoryError(f"{src}: not a directory")
     report = TransferReport(direction="upload", source=str(src), destination=store.url)
-    run_engine = engine_for(store, engine)
     started = time.perf_counter()
     files = _walk(src, config)
     report.files_total = len(files)
-    run_engine.run(_upload(store, files, config, progress or _NoProgress(), report))
+    store.engine.run(_upload(store, files, config, progress or _NoProgress(), report))
     report.seconds = time.perf_counter() - started
     report.requests = store.counters.snapshot()
     _raise_failures(report)

@@ -14,7 +14,6 @@ from stoker.format.foreign.locations import LocationReader, is_remote
 from stoker.format.spec import normalise_extension
 from stoker.storage import StorageOptions, open_store
 from stoker.storage.base import ObjectMeta
-from stoker.storage.open import engine_for
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff")
 
@@ -128,7 +127,7 @@ class ImageFolderReader:
 
         metas = list(top.objects)
         if prefixes:
-            for part in engine_for(store).run(list_all()):
+            for part in store.engine.run(list_all()):
                 metas.extend(part)
         found = []
         for meta in metas:  # keys are relative to the store's root, the folder
