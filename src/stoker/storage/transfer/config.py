@@ -1,0 +1,174 @@
+"""What a transfer is asked to do (:class:`TransferConfig`), whom it tells how far it got
+(:class:`ProgressSink`) and what it reports (:class:`TransferReport`)."""
+
+from __future__ import annotations
+
+import builtins
+import fnmatch
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from stoker.errors import StokerError, TransferError
+
+DEFAULT_WORKERS = 64
+DEFAULT_LIST_AHEAD = 10_000
+
+
+class ProgressSink(Protocol):
+    """Receives progress from a transfer (a progress bar, a logger, a test)."""
+
+    def start(self, *, files: int, total_bytes: int) -> None:
+        """Called once, when the work is known: before any `advance`, except for a download
+        whose listing is longer than ``list_ahead``, where it comes when the listing ends
+        (the advances before it are then reported together, just after it)."""
+
+    def advance(self, *, files: int, nbytes: int) -> None:
+        """Called as files finish (or are skipped)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TransferConfig:
+    """How a download or upload runs.
+
+    Attributes:
+        workers: Files in flight at once. The default hides a 20 ms round trip on small
+            files; large files also move several parts at once.
+        include: Glob patterns (on the key relative to the source root); a file must match
+            one of them if any are given.
+        exclude: Glob patterns; a file that matches one is left out.
+        resume: Skip files that are already complete at the destination.
+        verify: Check each downloaded file against the object's ETag where it is an MD5
+            (single-part uploads). A multipart ETag is not checked: it depends on a part
+            size the listing does not say, and a wrong guess would fail a good file.
+        list_ahead: Most objects a download lists ahead of the files it has started; bounds
+            its memory on buckets of millions of objects.
+    """
+
+    workers: int = DEFAULT_WORKERS
+    include: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    resume: bool = True
+    verify: bool = True
+    list_ahead: int = DEFAULT_LIST_AHEAD
+
+    def __post_init__(self) -> None:
+        if self.workers < 1:
+            raise ValueError(f"workers must be >= 1, got {self.workers}")
+        if self.list_ahead < 1:
+            raise ValueError(f"list_ahead must be >= 1, got {self.list_ahead}")
+
+    def selects(self, key: str) -> bool:
+        """Whether ``key`` passes the include and exclude patterns."""
+        if self.include and not any(fnmatch.fnmatchcase(key, p) for p in self.include):
+            return False
+        return not any(fnmatch.fnmatchcase(key, p) for p in self.exclude)
+
+
+@dataclass(slots=True, kw_only=True)
+class TransferReport:
+    """What a download or upload did.
+
+    Attributes:
+        direction: ``"download"`` or ``"upload"``.
+        source: Source URL or directory.
+        destination: Destination URL or directory.
+        files_total: Files selected for transfer (skipped ones included).
+        files_transferred: Files moved in this run.
+        files_skipped: Files already complete at the destination.
+        bytes_transferred: Bytes moved in this run.
+        seconds: Wall time of the run, listing included.
+        failures: ``(key, reason)`` for every file that failed.
+        requests: The store's request counters after the run.
+    """
+
+    direction: Literal["download", "upload"]
+    source: str
+    destination: str
+    files_total: int = 0
+    files_transferred: int = 0
+    files_skipped: int = 0
+    bytes_transferred: int = 0
+    seconds: float = 0.0
+    failures: builtins.list[tuple[str, str]] = field(default_factory=list)
+    requests: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def files_per_s(self) -> float:
+        """Transferred files per second of wall time."""
+        return self.files_transferred / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def bytes_per_s(self) -> float:
+        """Transferred bytes per second of wall time."""
+        return self.bytes_transferred / self.seconds if self.seconds > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return {
+            "direction": self.direction,
+            "source": self.source,
+            "destination": self.destination,
+            "files_total": self.files_total,
+            "files_transferred": self.files_transferred,
+            "files_skipped": self.files_skipped,
+            "files_failed": len(self.failures),
+            "bytes_transferred": self.bytes_transferred,
+            "seconds": round(self.seconds, 3),
+            "files_per_s": round(self.files_per_s, 1),
+            "bytes_per_s": round(self.bytes_per_s, 1),
+            "failures": [{"key": k, "error": e} for k, e in self.failures],
+            "requests": self.requests,
+        }
+
+
+class NoProgress:
+    """A sink that ignores progress."""
+
+    def start(self, *, files: int, total_bytes: int) -> None:
+        pass
+
+    def advance(self, *, files: int, nbytes: int) -> None:
+        pass
+
+
+class LateProgress:
+    """Holds advances back until `start` has been called, then passes everything on."""
+
+    def __init__(self, sink: ProgressSink) -> None:
+        self._sink = sink
+        self._started = False
+        self._files = self._bytes = 0
+
+    def start(self, *, files: int, total_bytes: int) -> None:
+        self._sink.start(files=files, total_bytes=total_bytes)
+        self._started = True
+        if self._files:
+            self._sink.advance(files=self._files, nbytes=self._bytes)
+
+    def advance(self, *, files: int, nbytes: int) -> None:
+        if self._started:
+            self._sink.advance(files=files, nbytes=nbytes)
+        else:
+            self._files += files
+            self._bytes += nbytes
+
+
+def error_text(exc: BaseException) -> str:
+    """A failure's reason for the report: the message, with the type where it is not ours."""
+    if isinstance(exc, StokerError | OSError | ValueError):
+        return str(exc) or type(exc).__name__
+    return f"{type(exc).__name__}: {exc}"
+
+
+def raise_failures(report: TransferReport) -> None:
+    """Raise TransferError listing the report's failures, if there are any."""
+    if report.failures:
+        report.failures.sort()
+        shown = "\n".join(f"  {key}: {reason}" for key, reason in report.failures[:20])
+        more = len(report.failures) - 20
+        tail = f"\n  ... and {more} more" if more > 0 else ""
+        raise TransferError(
+            f"{len(report.failures)} of {report.files_total} files failed to "
+            f"{report.direction}:\n{shown}{tail}",
+            report.failures,
+        )

@@ -1,0 +1,122 @@
+"""Upload: every file under a local directory to a store, in parallel."""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import os
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from stoker.storage.base import ObjectMeta, Store
+from stoker.storage.checksum import etag_matches, md5_hex
+from stoker.storage.engine import IOEngine
+from stoker.storage.transfer.config import (
+    NoProgress,
+    ProgressSink,
+    TransferConfig,
+    TransferReport,
+    error_text,
+    raise_failures,
+)
+from stoker.storage.transfer.local import walk
+
+
+def upload(
+    src_dir: str | os.PathLike[str],
+    store: Store,
+    *,
+    config: TransferConfig | None = None,
+    progress: ProgressSink | None = None,
+    engine: IOEngine | None = None,
+) -> TransferReport:
+    """Upload every file under ``src_dir`` to the store, in parallel.
+
+    Relative paths (with ``/``) become keys under the store's root. Large files go up as
+    multipart uploads.
+
+    Args:
+        src_dir: Local directory to upload.
+        store: Destination.
+        config: Workers, filters, resume and verification.
+        progress: Receives progress updates.
+        engine: Unused, kept so that existing calls still work: the run goes on
+            ``store.engine``, the one engine the store's requests may run on.
+
+    Returns:
+        What was transferred, skipped and how fast.
+
+    Raises:
+        NotADirectoryError: ``src_dir`` is not a directory.
+        TransferError: Some files failed; the others were uploaded.
+    """
+    config = config or TransferConfig()
+    src = Path(src_dir).expanduser().resolve()
+    if not src.is_dir():
+        raise NotADirectoryError(f"{src}: not a directory")
+    report = TransferReport(direction="upload", source=str(src), destination=store.url)
+    started = time.perf_counter()
+    files = walk(src, config)
+    report.files_total = len(files)
+    store.engine.run(_upload(store, files, config, progress or NoProgress(), report))
+    report.seconds = time.perf_counter() - started
+    report.requests = store.counters.snapshot()
+    raise_failures(report)
+    return report
+
+
+async def _upload(
+    store: Store,
+    files: builtins.list[tuple[str, Path, int]],
+    config: TransferConfig,
+    progress: ProgressSink,
+    report: TransferReport,
+) -> None:
+    existing: dict[str, ObjectMeta] = {}
+    if config.resume:
+        async for page in store.list_async(""):
+            existing.update((m.key, m) for m in page)
+    progress.start(files=len(files), total_bytes=sum(size for _, _, size in files))
+    part_size = store.options.part_size_bytes
+    threshold = store.options.multipart_threshold_bytes
+
+    async def send(item: tuple[str, Path, int]) -> None:
+        key, path, size = item
+        try:
+            remote = existing.get(key)
+            if (
+                remote is not None
+                and remote.size == size
+                and etag_matches(path, remote.etag, part_size_bytes=part_size)
+            ):
+                report.files_skipped += 1
+                progress.advance(files=1, nbytes=size)
+                return
+            if size >= threshold:
+                meta = await store.put_async(key, path)
+            else:
+                data = path.read_bytes()
+                meta = await store.put_async(key, data)
+                plain_etag = meta.etag is not None and len(meta.etag) == 32
+                if config.verify and plain_etag and meta.etag != md5_hex(data):
+                    raise ValueError(f"checksum mismatch: store reports ETag {meta.etag}")
+            report.files_transferred += 1
+            report.bytes_transferred += size
+            progress.advance(files=1, nbytes=size)
+        except Exception as exc:  # one failed file must not stop the others
+            report.failures.append((key, error_text(exc)))
+            progress.advance(files=1, nbytes=0)
+
+    await _run_pool(files, config.workers, send)
+
+
+async def _run_pool(items: Iterable[Any], workers: int, job: Any) -> None:
+    iterator: Iterator[Any] = iter(items)
+
+    async def worker() -> None:
+        for item in iterator:
+            await job(item)
+
+    await asyncio.gather(*(worker() for _ in range(workers)))
