@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from stoker.storage import CachedStore, DiskCache, MemoryStore, open_store
+from stoker.storage.cached import cache_reads
 from stoker.storage.engine import default_engine
 
 
@@ -236,3 +237,16 @@ def test_eight_processes_share_one_bounded_cache(tmp_path: Path) -> None:
     assert cache.bytes <= limit
     assert list((cache_dir / "v1" / "tmp").iterdir()) == []
     assert open_store(str(data_dir)).counters.get("requests.get") == 0
+
+
+def test_cache_reads_never_caches_twice(tmp_path: Path) -> None:
+    source = MemoryStore()
+    source.put("o", b"q" * 300)
+    first = cache_reads(source, DiskCache(tmp_path / "a", max_bytes=1 << 20), page_bytes=100)
+    second_cache = DiskCache(tmp_path / "b", max_bytes=1 << 20)
+    second = cache_reads(first, second_cache, page_bytes=50, objects={"o": ("v", 300)})
+    assert second.inner is source
+    assert second.cache is second_cache
+    assert bytes(second.get_range("o", start=0, end=120)) == b"q" * 120
+    assert first.cache.entries() == 0  # nothing went through the first cache
+    assert second_cache.entries() == 3

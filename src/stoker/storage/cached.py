@@ -233,3 +233,19 @@ class CachedStore(BlockingForms):
     async def delete_async(self, path: str) -> None:
         self._forget(path)
         await self.inner.delete_async(path)
+
+
+def cache_reads(
+    store: Store,
+    cache: DiskCache,
+    *,
+    page_bytes: int = 1 << 20,
+    objects: Mapping[str, tuple[str, int]] | None = None,
+) -> CachedStore:
+    """Return ``store`` with its ranged reads served through ``cache``.
+
+    A store that already reads through a cache is re-wrapped around the store it wraps, so
+    that no read is cached twice. Arguments are those of :class:`CachedStore`.
+    """
+    inner = store.inner if isinstance(store, CachedStore) else store
+    return CachedStore(inner, cache, page_bytes=page_bytes, objects=objects)
