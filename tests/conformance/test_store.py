@@ -1,4 +1,5 @@
-"""The Store contract, run against every backend: memory, local files, S3 on SeaweedFS."""
+"""The Store contract, run against every backend: memory, local files, S3 on SeaweedFS, and a
+disk-caching store over memory."""
 
 from __future__ import annotations
 
@@ -9,18 +10,21 @@ from pathlib import Path
 
 import pytest
 
-from stoker.storage import MemoryStore, Store, open_store
+from stoker.storage import CachedStore, DiskCache, MemoryStore, Store, open_store
 from stoker.storage.transfer import TransferConfig, upload
 
 _memory_names = itertools.count()
 MiB = 1024 * 1024
 
 
-@pytest.fixture(params=["memory", "local", "s3"])
+@pytest.fixture(params=["memory", "local", "s3", "cached"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
     kind = request.param
     if kind == "memory":
         yield MemoryStore(f"conformance-{next(_memory_names)}")
+    elif kind == "cached":
+        inner = MemoryStore(f"conformance-{next(_memory_names)}")
+        yield CachedStore(inner, DiskCache(tmp_path / "cache", max_bytes=64 * MiB), page_bytes=100)
     elif kind == "local":
         yield open_store(tmp_path / "root")
     else:
@@ -172,3 +176,49 @@ def test_invalid_keys_are_refused(store: Store) -> None:
         store.put("", b"x")
     with pytest.raises(ValueError, match="invalid object key"):
         store.put("dir/", b"x")
+
+
+def test_blocking_and_async_forms_agree(store: Store) -> None:
+    data = bytes(range(256)) * 8
+
+    meta = store.engine.run(store.put_async("ab/x.bin", data))
+    store.put("ab/c/y.bin", b"y")
+
+    async def async_forms() -> tuple[object, ...]:
+        pages = [page async for page in store.list_async("ab")]
+        return (
+            bytes(await store.get_async("ab/x.bin")),
+            bytes(await store.get_range_async("ab/x.bin", start=3, end=1500)),
+            [
+                bytes(v)
+                for v in await store.get_ranges_async("ab/x.bin", starts=[0, 9], ends=[5, 2048])
+            ],
+            (await store.head_async("ab/x.bin")).size,
+            sorted(m.key for page in pages for m in page),
+            await store.list_dir_async("ab"),
+        )
+
+    blocking = (
+        bytes(store.get("ab/x.bin")),
+        bytes(store.get_range("ab/x.bin", start=3, end=1500)),
+        [bytes(v) for v in store.get_ranges("ab/x.bin", starts=[0, 9], ends=[5, 2048])],
+        store.head("ab/x.bin").size,
+        sorted(m.key for m in store.list("ab")),
+        store.list_dir("ab"),
+    )
+    assert store.engine.run(async_forms()) == blocking
+    assert blocking[:4] == (data, data[3:1500], [data[:5], data[9:]], meta.size)
+    assert blocking[4] == ["ab/c/y.bin", "ab/x.bin"]
+    assert blocking[5].prefixes == ["ab/c"]
+
+    store.engine.run(store.delete_async("ab/x.bin"))
+    with pytest.raises(FileNotFoundError):
+        store.head("ab/x.bin")
+    with pytest.raises(FileNotFoundError):
+        store.engine.run(store.head_async("ab/x.bin"))
+
+
+def test_engine_cache_and_options(store: Store) -> None:
+    assert not store.engine.closed
+    assert store.options.part_size_bytes >= 5 * MiB
+    assert (store.cache is not None) == isinstance(store, CachedStore)
