@@ -1,4 +1,4 @@
-"""Autotune against a hand-picked sweep: is ``num_threads="auto", prefetch="auto"`` near the best?
+"""Autotune against a hand-picked sweep: is ``threads="auto", prefetch="auto"`` near the best?
 
 On the two datasets of ``loader.py`` (real photos, in SeaweedFS behind the 20 ms / 1 Gbit/s
 proxy), stream batches of 256 RandomResizedCrop(224) + flip images with every combination
@@ -28,6 +28,7 @@ OUT = Path(__file__).resolve().parent / "out"
 
 CHILD = """
 import json, logging, sys, time
+from stoker import DecodeConfig
 from stoker.pipeline.loader import Loader
 from stoker.pipeline.transforms import RandomResizedCrop
 
@@ -37,7 +38,7 @@ loader = Loader(
     url,
     batch_size=256,
     transform=RandomResizedCrop(224, flip=True),
-    num_threads=threads if threads == "auto" else int(threads),
+    decode=DecodeConfig(threads=threads if threads == "auto" else int(threads)),
     prefetch=prefetch if prefetch == "auto" else int(prefetch),
 )
 started = time.perf_counter()

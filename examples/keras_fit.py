@@ -14,6 +14,7 @@ from pathlib import Path
 import keras
 
 import stoker
+from stoker import OrderConfig
 from stoker.integrations.tensorflow import make_dataset
 from stoker.pipeline.transforms import CenterCrop, RandomResizedCrop
 from stoker.testing.images import write_image_folder
@@ -46,8 +47,8 @@ def main() -> None:
             "s3://example/val",
             batch_size=32,
             transform=CenterCrop(32),
-            shuffle=False,
             storage_options=options,
+            order=OrderConfig(mode="none"),
         )
 
         keras.utils.set_random_seed(0)

@@ -18,8 +18,8 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 import stoker
+from stoker import OrderConfig
 from stoker.integrations.torch import TorchLoader
-from stoker.pipeline.order import OrderConfig
 from stoker.pipeline.transforms import RandomResizedCrop
 from stoker.testing.images import write_image_folder
 from stoker.testing.seaweed import SeaweedServer

@@ -21,3 +21,19 @@ def test_import_loads_no_framework() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_every_config_the_loader_takes_is_exported() -> None:
+    import inspect
+    import typing
+
+    hints = typing.get_type_hints(stoker.Loader.__init__)
+    configs = {
+        arg.__name__
+        for hint in hints.values()
+        for arg in typing.get_args(hint) or (hint,)
+        if isinstance(arg, type) and arg.__name__.endswith(("Config", "World"))
+    }
+    assert configs >= {"OrderConfig", "AutotuneConfig", "DecodeConfig", "CacheConfig", "World"}
+    assert configs <= set(stoker.__all__), configs - set(stoker.__all__)
+    assert len(inspect.signature(stoker.Loader).parameters) <= 12

@@ -1,5 +1,6 @@
 """stoker: keep accelerators fed with training data that lives in object storage."""
 
+from stoker.core.metrics import Stage
 from stoker.errors import (
     CorruptShardError,
     CredentialsError,
@@ -16,10 +17,14 @@ from stoker.format.reader import ShardDataset, open_dataset
 from stoker.pack.packer import PackConfig, PackReport, pack
 from stoker.pack.reencode import ImagePolicy
 from stoker.pipeline import transforms
+from stoker.pipeline.autotune import AutotuneConfig
+from stoker.pipeline.config import CacheConfig, DecodeConfig, SourceConfig
 from stoker.pipeline.loader import Loader
 from stoker.pipeline.mixing import MixConfig
+from stoker.pipeline.order import OrderConfig
 from stoker.pipeline.stats import LoaderStats
 from stoker.pipeline.windows import WindowConfig
+from stoker.pipeline.world import World
 from stoker.storage import (
     MemoryStore,
     ObjectMeta,
@@ -33,8 +38,11 @@ from stoker.storage.transfer import TransferConfig, TransferReport, download, up
 __version__ = "0.1.0"
 
 __all__ = [
+    "AutotuneConfig",
+    "CacheConfig",
     "CorruptShardError",
     "CredentialsError",
+    "DecodeConfig",
     "EndpointError",
     "ImagePolicy",
     "Loader",
@@ -43,13 +51,16 @@ __all__ = [
     "MixConfig",
     "ObjectMeta",
     "ObjectNotFoundError",
+    "OrderConfig",
     "PackConfig",
     "PackReport",
     "RetriesExhaustedError",
     "RetryPolicy",
     "ShardDataset",
     "ShardFormatError",
+    "SourceConfig",
     "SourceError",
+    "Stage",
     "StokerError",
     "StorageError",
     "StorageOptions",
@@ -58,6 +69,7 @@ __all__ = [
     "TransferError",
     "TransferReport",
     "WindowConfig",
+    "World",
     "download",
     "open_dataset",
     "open_store",

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from stoker import World
 from stoker.pack.packer import PackConfig, pack
 from stoker.pipeline.loader import Loader
 from stoker.pipeline.order import OrderConfig
@@ -97,7 +98,7 @@ def child_one_process(url: str, out: Path) -> None:
     finally:
         jax.process_index, jax.process_count = real
     for rank in range(2):
-        share = JaxLoader(url, batch_size=4, rank=rank, world_size=2, **OPTIONS)
+        share = JaxLoader(url, batch_size=4, **OPTIONS, world=World(rank=rank, world_size=2))
         saved[f"share{rank}"] = np.stack([np.asarray(b["index"]) for b in share])
 
     full = JaxLoader(url, batch_size=6, **OPTIONS)
@@ -220,7 +221,11 @@ def test_process_share_maps_to_loader_ranks(dataset_url: str, one: dict[str, Any
     seen: list[int] = []
     for rank in range(2):
         share = Loader(
-            dataset_url, batch_size=4, rank=rank, world_size=2, drop_last=True, **OPTIONS
+            dataset_url,
+            batch_size=4,
+            drop_last=True,
+            **OPTIONS,
+            world=World(rank=rank, world_size=2),
         )
         got = one[f"share{rank}"]
         assert len(got) == len(share) > 0
@@ -239,7 +244,15 @@ def test_two_jax_processes_each_read_their_share(dataset_url: str, tmp_path: Pat
     (port,) = free_ports(1)
     _wait(*[_spawn("two", dataset_url, str(tmp_path), str(port), str(p)) for p in range(2)])
     shares = [
-        list(Loader(dataset_url, batch_size=8, rank=r, world_size=2, drop_last=True, **OPTIONS))
+        list(
+            Loader(
+                dataset_url,
+                batch_size=8,
+                drop_last=True,
+                **OPTIONS,
+                world=World(rank=r, world_size=2),
+            )
+        )
         for r in range(2)
     ]
     for process in range(2):

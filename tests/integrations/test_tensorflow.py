@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from stoker import World
 from stoker.pack.packer import PackConfig, pack
 from stoker.pipeline.loader import Loader
 from stoker.pipeline.order import OrderConfig
@@ -76,8 +77,8 @@ def child(bucket: str, storage_options: dict[str, Any], out: Path) -> None:
         f"{bucket}/val",
         batch_size=BATCH_SIZE,
         transform=CenterCrop(24),
-        shuffle=False,
         storage_options=storage_options,
+        order=OrderConfig(mode="none"),
     )
     keras.utils.set_random_seed(0)
     model = Recording(
@@ -130,7 +131,7 @@ def child(bucket: str, storage_options: dict[str, Any], out: Path) -> None:
             "policy": dataset.options().experimental_distribute.auto_shard_policy.name,
         }
     try:
-        make_dataset(f"{bucket}/val", batch_size=4, input_context=context, rank=0)
+        make_dataset(f"{bucket}/val", batch_size=4, input_context=context, world=World(rank=0))
     except ValueError as exc:
         facts["conflict"] = str(exc)
 
@@ -257,9 +258,8 @@ def test_input_context_selects_the_share(run: dict[str, Any]) -> None:
             Loader(
                 "s3://tf-adapter/train",
                 batch_size=16,
-                rank=pipeline,
-                world_size=2,
                 **share_options(run["options"]),
+                world=World(rank=pipeline, world_size=2),
             )
         )
         assert share["length"] == len(expected) > 0

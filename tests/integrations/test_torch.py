@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 import torch
 from torch.utils.data import DataLoader
 
+from stoker import World
 from stoker.integrations.torch import StokerIterableDataset, TorchLoader
 from stoker.pack.packer import PackConfig, pack
 from stoker.pipeline.order import OrderConfig
@@ -125,14 +127,16 @@ def test_resume_onto_a_new_world_size(dataset_url: str) -> None:
     seen: list[str] = []
     states = []
     for rank in range(2):
-        loader = TorchLoader(dataset_url, rank=rank, world_size=2, **kwargs)
+        loader = TorchLoader(dataset_url, **kwargs, world=World(rank=rank, world_size=2))
         stream = iter(loader)
         seen += [k for _ in range(3) for k in next(stream)["key"]]
         states.append(loader.state_dict())
     assert states[0] == states[1]
     rest: list[str] = []
     for rank in range(3):
-        resumed = TorchLoader(dataset_url, rank=rank, world_size=3, num_workers=rank % 2, **kwargs)
+        resumed = TorchLoader(
+            dataset_url, num_workers=rank % 2, **kwargs, world=World(rank=rank, world_size=3)
+        )
         resumed.load_state_dict(states[0])
         assert resumed.state_dict()["segments"] == [[2, 18]]
         rest += [k for batch in resumed for k in batch["key"]]
@@ -140,3 +144,36 @@ def test_resume_onto_a_new_world_size(dataset_url: str) -> None:
     assert set(rest) | set(seen) == {
         f"class_{c:02d}/img_{i:06d}" for i in range(90) for c in [i % 5]
     }
+
+
+def _decode_threads() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name.startswith("stoker-decode")}
+
+
+def test_close_stops_an_iteration_and_its_threads(dataset_url: str) -> None:
+    before = _decode_threads()
+    with TorchLoader(
+        dataset_url, batch_size=6, order=ORDER, transform=RandomResizedCrop(8)
+    ) as loader:
+        stream = iter(loader)
+        next(stream)
+        assert _decode_threads() - before  # decoding runs in this process
+        state = loader.state_dict()
+    assert not _decode_threads() - before  # the with block closed it
+    assert state["batches"] == 1
+    with pytest.raises(StopIteration):
+        next(stream)  # a closed iteration is over
+    # The loader holds no reference to its iteration: dropping one frees it at once.
+    again = iter(loader)
+    next(again)
+    del again
+    assert not _decode_threads() - before
+
+
+def test_state_is_snapshotted_at_delivery(dataset_url: str) -> None:
+    loader = TorchLoader(dataset_url, batch_size=6, order=ORDER, transform=RandomResizedCrop(8))
+    states = []
+    for _ in loader:
+        states.append(loader.state_dict()["batches"])
+    assert states == list(range(1, len(loader) + 1))
+    assert loader.state_dict()["batches"] == 0  # the epoch is over

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from stoker import DecodeConfig
 from stoker.pack.packer import PackConfig, pack
 from stoker.pipeline.autotune import AutotuneConfig, Autotuner
 from stoker.pipeline.loader import Loader
@@ -97,7 +98,10 @@ def test_an_autotuned_loader_logs_its_choice_and_keeps_results_exact(
         auto = list(tuned)
         threads = tuned.num_threads
     with Loader(
-        str(tmp_path / "ds"), batch_size=4, transform=RandomResizedCrop(16), num_threads=1
+        str(tmp_path / "ds"),
+        batch_size=4,
+        transform=RandomResizedCrop(16),
+        decode=DecodeConfig(threads=1),
     ) as fixed:
         reference = list(fixed)
     assert "autotune settled" in caplog.text

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from stoker import CacheConfig, DecodeConfig, World
 from stoker.format.reader import open_dataset
 from stoker.pack.packer import PackConfig, pack
 from stoker.pipeline.loader import Loader
@@ -37,7 +39,10 @@ def _keys(loader: Loader) -> list[str]:
 
 def test_batches_have_the_documented_shape(dataset_url: str) -> None:
     with Loader(
-        dataset_url, batch_size=16, transform=RandomResizedCrop(32, flip=True), num_threads=2
+        dataset_url,
+        batch_size=16,
+        transform=RandomResizedCrop(32, flip=True),
+        decode=DecodeConfig(threads=2),
     ) as loader:
         batches = list(loader)
     assert len(batches) == 7 == len(loader)
@@ -83,13 +88,10 @@ def test_ranks_and_workers_cover_the_epoch(
                 dataset,
                 batch_size=batch,
                 transform=RandomResizedCrop(8),
-                rank=rank,
-                world_size=world,
                 drop_last=drop_last,
-                worker=worker,
-                num_workers=workers,
                 order=SMALL_ORDER,
-                num_threads=2,
+                world=World(rank=rank, world_size=world, worker=worker, num_workers=workers),
+                decode=DecodeConfig(threads=2),
             ) as loader:
                 keys += _keys(loader)
         per_rank.append(keys)
@@ -108,9 +110,9 @@ def test_order_and_pixels_do_not_depend_on_threads(dataset_url: str) -> None:
             dataset_url,
             batch_size=8,
             transform=RandomResizedCrop(16, flip=True),
-            num_threads=threads,
             order=SMALL_ORDER,
             seed=3,
+            decode=DecodeConfig(threads=threads),
         ) as loader:
             batches = list(loader)
         results.append(batches)
@@ -125,7 +127,7 @@ def test_batch_arrays_are_recycled_only_when_nobody_holds_them(dataset_url: str)
         "transform": RandomResizedCrop(16, flip=True),
         "order": SMALL_ORDER,
         "seed": 3,
-        "num_threads": 2,
+        "decode": DecodeConfig(threads=2),
     }
     with Loader(dataset_url, **kwargs) as loader:
         held = [batch["image"] for batch in loader]  # every array kept: none recycled
@@ -162,7 +164,7 @@ def test_resume_equals_an_uninterrupted_run(dataset_url: str) -> None:
         head = [k for _ in range(5) for k in next(stream)["key"]]
         state = loader.state_dict()
     assert (state["epoch"], state["batches"]) == (2, 5)
-    with Loader(dataset_url, num_threads=3, **kwargs) as resumed:
+    with Loader(dataset_url, **kwargs, decode=DecodeConfig(threads=3)) as resumed:
         resumed.load_state_dict(state)
         tail = _keys(resumed)
     assert head + tail == full
@@ -173,14 +175,14 @@ def test_resume_with_a_new_world_size(dataset_url: str) -> None:
     seen: list[str] = []
     states = []
     for rank in range(2):
-        with Loader(dataset_url, rank=rank, world_size=2, **kwargs) as loader:
+        with Loader(dataset_url, **kwargs, world=World(rank=rank, world_size=2)) as loader:
             stream = iter(loader)
             seen += [k for _ in range(3) for k in next(stream)["key"]]
             states.append(loader.state_dict())
     assert states[0] == states[1]
     rest: list[str] = []
     for rank in range(3):
-        with Loader(dataset_url, rank=rank, world_size=3, **kwargs) as loader:
+        with Loader(dataset_url, **kwargs, world=World(rank=rank, world_size=3)) as loader:
             loader.load_state_dict(states[0])
             rest += _keys(loader)
     fresh = set(rest)
@@ -190,7 +192,10 @@ def test_resume_with_a_new_world_size(dataset_url: str) -> None:
 
 def test_cache_serves_the_second_epoch_without_requests(dataset_url: str) -> None:
     with Loader(
-        dataset_url, batch_size=32, transform=RandomResizedCrop(8), memory_cache_bytes=1 << 30
+        dataset_url,
+        batch_size=32,
+        transform=RandomResizedCrop(8),
+        cache=CacheConfig(memory_bytes=1 << 30),
     ) as loader:
         list(loader)
         before = loader.stats().requests.get("requests.get", 0)
@@ -203,7 +208,11 @@ def test_cache_serves_the_second_epoch_without_requests(dataset_url: str) -> Non
 
 
 def test_disk_cache_serves_later_epochs_and_other_loaders(dataset_url: str, tmp_path: Path) -> None:
-    options = {"batch_size": 32, "transform": RandomResizedCrop(8), "cache_dir": tmp_path}
+    options = {
+        "batch_size": 32,
+        "transform": RandomResizedCrop(8),
+        "cache": CacheConfig(dir=tmp_path),
+    }
     with Loader(dataset_url, **options) as loader:  # type: ignore[arg-type]
         first = _keys(loader)
         cold = loader.stats()
@@ -222,11 +231,12 @@ def test_disk_cache_serves_later_epochs_and_other_loaders(dataset_url: str, tmp_
 
 KILLED_LOADER = """
 import sys
+from stoker import CacheConfig
 from stoker.pipeline.loader import Loader
 from stoker.pipeline.transforms import RandomResizedCrop
 url, cache_dir = sys.argv[1], sys.argv[2]
-loader = Loader(url, batch_size=4, transform=RandomResizedCrop(8), cache_dir=cache_dir,
-                prefetch=8)
+loader = Loader(url, batch_size=4, transform=RandomResizedCrop(8),
+                cache=CacheConfig(dir=cache_dir), prefetch=8)
 for epoch in range(1000):
     loader.set_epoch(epoch)
     for batch in loader:
@@ -253,7 +263,7 @@ def test_a_loader_killed_mid_run_leaves_a_sound_cache(dataset_url: str, tmp_path
     assert checked > 0
     assert damaged == 0
     with Loader(
-        dataset_url, batch_size=32, transform=RandomResizedCrop(8), cache_dir=cache_dir
+        dataset_url, batch_size=32, transform=RandomResizedCrop(8), cache=CacheConfig(dir=cache_dir)
     ) as loader:
         assert len(set(_keys(loader))) == 103
         assert loader.stats().disk_cache["cache.hits"] > 0
@@ -280,7 +290,10 @@ def test_undecodable_samples_raise_or_are_skipped(tmp_path: Path) -> None:
     ):
         list(loader)
     with Loader(
-        str(tmp_path / "bad"), batch_size=3, transform=RandomResizedCrop(8), on_error="skip"
+        str(tmp_path / "bad"),
+        batch_size=3,
+        transform=RandomResizedCrop(8),
+        decode=DecodeConfig(on_error="skip"),
     ) as loader:
         keys = _keys(loader)
         stats = loader.stats()
@@ -300,14 +313,14 @@ def test_a_corrupt_sample_raises_naming_it_or_is_skipped(tmp_path: Path, method:
     shard.write_bytes(bytes(data))
     key = dataset.index.keys[victim]
     options: dict[str, object] = {"batch_size": 5, "transform": RandomResizedCrop(8)}
-    if method == "process":
-        options.update(method="process", num_threads=1)
+    decode = DecodeConfig(method="process", threads=1) if method == "process" else DecodeConfig()
     with (
         pytest.raises(ValueError, match=rf"sample {key!r}.*CRC-32"),
-        Loader(str(tmp_path / "ds"), **options) as loader,  # type: ignore[arg-type]
+        Loader(str(tmp_path / "ds"), **options, decode=decode) as loader,  # type: ignore[arg-type]
     ):
         list(loader)
-    with Loader(str(tmp_path / "ds"), on_error="skip", **options) as loader:  # type: ignore[arg-type]
+    skip = replace(decode, on_error="skip")
+    with Loader(str(tmp_path / "ds"), **options, decode=skip) as loader:  # type: ignore[arg-type]
         keys = _keys(loader)
         stats = loader.stats()
     assert len(keys) == 19
@@ -320,7 +333,7 @@ def test_a_small_dataset_still_splits_over_ranks(dataset_url: str) -> None:
     # 103 samples: the default order makes groups small enough for every rank's share.
     shares = []
     for rank in range(2):
-        with Loader(dataset_url, batch_size=8, rank=rank, world_size=2) as loader:
+        with Loader(dataset_url, batch_size=8, world=World(rank=rank, world_size=2)) as loader:
             shares.append(_keys(loader))
     assert len(shares[0]) == len(shares[1])
     assert len(set(shares[0]) & set(shares[1])) <= 1  # at most the one padding repeat
@@ -330,14 +343,17 @@ def test_a_small_dataset_still_splits_over_ranks(dataset_url: str) -> None:
 def test_too_few_groups_for_the_ranks_is_said(
     dataset_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    Loader(dataset_url, batch_size=8, world_size=4, order=OrderConfig(block_size=64))
+    Loader(dataset_url, batch_size=8, order=OrderConfig(block_size=64), world=World(world_size=4))
     assert "1 read group(s) for 4 rank(s)" in caplog.text
 
 
 def test_max_pixels_refuses_large_images(dataset_url: str) -> None:
     with (
         Loader(
-            dataset_url, batch_size=50, transform=RandomResizedCrop(8), max_pixels=1000
+            dataset_url,
+            batch_size=50,
+            transform=RandomResizedCrop(8),
+            decode=DecodeConfig(max_pixels=1000),
         ) as loader,
         pytest.raises(ValueError, match="max_pixels=1000"),
     ):
@@ -346,13 +362,12 @@ def test_max_pixels_refuses_large_images(dataset_url: str) -> None:
         dataset_url,
         batch_size=50,
         transform=RandomResizedCrop(8),
-        max_pixels=1000,
-        on_error="skip",
+        decode=DecodeConfig(max_pixels=1000, on_error="skip"),
     ) as loader:
         assert _keys(loader) == []
         assert len(loader.stats().skipped) == 103
     with pytest.raises(ValueError, match="max_pixels must be >= 1"):
-        Loader(dataset_url, batch_size=1, max_pixels=0)
+        Loader(dataset_url, batch_size=1, decode=DecodeConfig(max_pixels=0))
 
 
 def test_the_next_epoch_is_read_ahead_and_stays_exact(dataset_url: str) -> None:

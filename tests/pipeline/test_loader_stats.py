@@ -5,11 +5,15 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
+from typing import Any, Literal
 
+import numpy as np
 import pytest
 
+from stoker import DecodeConfig, Stage, open_dataset
 from stoker.core.pricing import StoragePrices
 from stoker.pack.packer import PackConfig, pack
+from stoker.pipeline.decode import decode_full
 from stoker.pipeline.loader import Loader
 from stoker.pipeline.transforms import RandomResizedCrop
 from stoker.testing.images import write_image_folder
@@ -45,7 +49,9 @@ def test_a_user_transform_is_timed_apart_from_decode(dataset_url: str) -> None:
         time.sleep(0.002)
         return image
 
-    with Loader(dataset_url, batch_size=16, transform=slow, num_threads=2) as loader:
+    with Loader(
+        dataset_url, batch_size=16, transform=slow, decode=DecodeConfig(threads=2)
+    ) as loader:
         list(loader)
         stages = loader.stats().stages
     assert stages["transform"].items == 64
@@ -89,9 +95,8 @@ def test_trace_keeps_a_timeline(dataset_url: str) -> None:
 
 def test_periodic_log_line(dataset_url: str, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="stoker.pipeline.loader")
-    with Loader(
-        dataset_url, batch_size=8, transform=RandomResizedCrop(16), log_every_s=0.0
-    ) as loader:
+    with Loader(dataset_url, batch_size=8, transform=RandomResizedCrop(16)) as loader:
+        loader.log_every(0.0)
         list(loader)
     lines = [r.getMessage() for r in caplog.records if "images/s" in r.getMessage()]
     assert len(lines) == 8
@@ -121,3 +126,43 @@ def test_since_gives_what_happened_between_two_snapshots(dataset_url: str) -> No
         done.requests.get("requests.get", 0)
         == after.requests["requests.get"] - before.requests["requests.get"]
     )
+
+
+def sleepy_transform(image: Any) -> np.ndarray:
+    """A user transform that takes 5 ms per image (module level: picklable for processes)."""
+    time.sleep(0.005)
+    return np.zeros((8, 8, 3), np.uint8)
+
+
+@pytest.fixture(scope="module")
+def large_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    root = tmp_path_factory.mktemp("large")
+    write_image_folder(root / "src", files=24, classes=2, width=1200, height=900)
+    pack(root / "src", root / "ds", config=PackConfig(samples_per_shard=24))
+    return str(root / "ds")
+
+
+@pytest.mark.parametrize("method", ["thread", "process"])
+def test_the_transform_stage_times_only_the_users_callable(
+    large_url: str, method: Literal["thread", "process"]
+) -> None:
+    samples = open_dataset(large_url).read_many(list(range(24)))
+    started = time.perf_counter()
+    for sample in samples:
+        decode_full(sample["jpg"])
+    bare_decode_s = (time.perf_counter() - started) / len(samples)
+    assert bare_decode_s > 0.002  # large enough for a misplaced timer to show
+
+    decode = DecodeConfig(threads=1, method=method)
+    with Loader(large_url, batch_size=8, transform=sleepy_transform, decode=decode) as loader:
+        list(loader)
+        stages = loader.stats().stages
+    transform, decoded = stages[Stage.TRANSFORM], stages[Stage.DECODE]
+    assert transform.items == decoded.items == 24
+    # About 5 ms per image in the transform stage: the sleep, no decoding.
+    assert 0.005 <= transform.seconds / transform.items < 0.005 + bare_decode_s / 2
+    # The decode stage holds the decoding...
+    assert decoded.seconds / decoded.items > bare_decode_s / 2
+    if method == "thread":  # ...and none of the sleep (half of it would show). A worker
+        # process adds its own costs (arena copies, a fresh interpreter's first decodes).
+        assert decoded.seconds / decoded.items < bare_decode_s + 0.0025

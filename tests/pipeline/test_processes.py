@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from stoker import DecodeConfig
 from stoker.pack.packer import PackConfig, pack
 from stoker.pipeline import workers
 from stoker.pipeline.loader import Loader
@@ -54,7 +55,9 @@ def _run(url: str, **options: Any) -> list[dict[str, Any]]:
 def test_processes_give_what_threads_give(dataset_url: str, transform: Any) -> None:
     before = _stoker_shm()
     threads = _run(dataset_url, transform=transform)
-    processes = _run(dataset_url, transform=transform, method="process", num_threads=2)
+    processes = _run(
+        dataset_url, transform=transform, decode=DecodeConfig(method="process", threads=2)
+    )
     assert len(threads) == len(processes) == 5
     for a, b in zip(threads, processes, strict=True):
         assert a["key"] == b["key"]
@@ -65,7 +68,11 @@ def test_processes_give_what_threads_give(dataset_url: str, transform: Any) -> N
 
 def test_a_worker_exception_reaches_the_consumer_with_its_traceback(dataset_url: str) -> None:
     with pytest.raises(WorkerError) as caught:
-        _run(dataset_url, transform=failing_transform, method="process", num_threads=1)
+        _run(
+            dataset_url,
+            transform=failing_transform,
+            decode=DecodeConfig(method="process", threads=1),
+        )
     message = str(caught.value)
     assert "transform exploded on purpose" in message
     assert "failing_transform" in message  # the worker's traceback
@@ -73,12 +80,13 @@ def test_a_worker_exception_reaches_the_consumer_with_its_traceback(dataset_url:
 
 KILLED = """
 import sys
+from stoker import DecodeConfig
 from stoker.pipeline.loader import Loader
 from stoker.pipeline.transforms import RandomResizedCrop
 
 if __name__ == "__main__":
     loader = Loader(sys.argv[1], batch_size=4, transform=RandomResizedCrop(16),
-                    method="process", num_threads=2)
+                    decode=DecodeConfig(method="process", threads=2))
     for epoch in range(10_000):
         loader.set_epoch(epoch)
         for batch in loader:
@@ -153,7 +161,7 @@ def test_a_small_shm_falls_back_to_pipes_with_a_message(
     caplog.set_level(logging.WARNING, logger="stoker.pipeline.workers")
     transform = RandomResizedCrop(128)  # 8 x 128 x 128 x 3 x 4 slots: more than 1 MiB
     expected = _run(dataset_url, transform=transform)
-    got = _run(dataset_url, transform=transform, method="process", num_threads=2)
+    got = _run(dataset_url, transform=transform, decode=DecodeConfig(method="process", threads=2))
     for a, b in zip(expected, got, strict=True):
         np.testing.assert_array_equal(a["image"], b["image"])
     assert "needs" in caplog.text
@@ -178,9 +186,7 @@ def test_skipping_works_in_process_mode(tmp_path: Path) -> None:
         str(tmp_path / "bad"),
         batch_size=5,
         transform=RandomResizedCrop(8),
-        on_error="skip",
-        method="process",
-        num_threads=2,
+        decode=DecodeConfig(threads=2, method="process", on_error="skip"),
     ) as loader:
         (batch,) = list(loader)
         stats = loader.stats()
@@ -190,9 +196,11 @@ def test_skipping_works_in_process_mode(tmp_path: Path) -> None:
 
 UNGUARDED = """
 import sys
+from stoker import DecodeConfig
 from stoker.pipeline.loader import Loader
 from stoker.pipeline.transforms import RandomResizedCrop
-loader = Loader(sys.argv[1], batch_size=4, transform=RandomResizedCrop(16), method="process")
+loader = Loader(sys.argv[1], batch_size=4, transform=RandomResizedCrop(16),
+                decode=DecodeConfig(method="process"))
 list(loader)
 """
 

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from stoker import CacheConfig, DecodeConfig, SourceConfig, World
 from stoker.format.reader import open_dataset
 from stoker.format.sidetable import write_side_table
 from stoker.pack.packer import PackConfig, pack
@@ -45,9 +46,8 @@ def _pairs(batches: list[dict[str, Any]]) -> list[tuple[int, str]]:
 
 def test_a_weighted_mix_delivers_each_source_once_in_proportion(two: tuple[str, str]) -> None:
     with Loader(
-        list(two),
+        SourceConfig(list(two), mix=MixConfig(weights=(2, 1))),
         batch_size=9,
-        mix=MixConfig(weights=(2, 1)),
         transform=CenterCrop(8),
         order=SMALL,
     ) as loader:
@@ -67,7 +67,7 @@ def test_a_weighted_mix_delivers_each_source_once_in_proportion(two: tuple[str, 
 
 def test_upsampling_repeats_the_small_source(two: tuple[str, str]) -> None:
     mix = MixConfig(samples_per_epoch=(30, 60), replacement=True)
-    with Loader(list(two), batch_size=10, mix=mix, transform=CenterCrop(8)) as loader:
+    with Loader(SourceConfig(list(two), mix=mix), batch_size=10, transform=CenterCrop(8)) as loader:
         pairs = _pairs(_epoch(loader))
     per_key = Counter(k for s, k in pairs if s == 1)
     assert sum(per_key.values()) == 60
@@ -78,23 +78,23 @@ def test_upsampling_repeats_the_small_source(two: tuple[str, str]) -> None:
 def test_a_mixed_epoch_resumes_exactly_and_splits_over_ranks(two: tuple[str, str]) -> None:
     options: dict[str, Any] = {
         "batch_size": 6,
-        "mix": MixConfig(weights=(2, 1)),
         "transform": CenterCrop(8),
         "order": SMALL,
     }
-    with Loader(list(two), **options) as full:
+    mixed = SourceConfig(list(two), mix=MixConfig(weights=(2, 1)))
+    with Loader(mixed, **options) as full:
         whole = _pairs(_epoch(full))
-    with Loader(list(two), **options) as first:
+    with Loader(mixed, **options) as first:
         it = iter(first)
         head = [next(it) for _ in range(4)]
         state = first.state_dict()
-    with Loader(list(two), **options) as second:
+    with Loader(mixed, **options) as second:
         second.load_state_dict(state)
         tail = _epoch(second)
     assert _pairs(head) + _pairs(tail) == whole
     ranks = []
     for rank in range(2):
-        with Loader(list(two), rank=rank, world_size=2, **options) as loader:
+        with Loader(mixed, **options, world=World(rank=rank, world_size=2)) as loader:
             ranks.append(_pairs(_epoch(loader)))
     assert len(ranks[0]) == len(ranks[1])
     assert set(ranks[0]) | set(ranks[1]) == set(whole)
@@ -107,7 +107,9 @@ def frames(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 def test_windows_are_consecutive_records_once_per_epoch(frames: str) -> None:
     window = WindowConfig(size=4, shift=2)
-    with Loader(frames, batch_size=5, window=window, transform=RandomResizedCrop(8)) as loader:
+    with Loader(
+        SourceConfig(frames, window=window), batch_size=5, transform=RandomResizedCrop(8)
+    ) as loader:
         batches = _epoch(loader)
     records = np.concatenate([b["records"] for b in batches])
     assert batches[0]["image"].shape == (5, 4, 8, 8, 3)
@@ -131,7 +133,9 @@ def test_windows_keep_to_their_key_directory(tmp_path: Path) -> None:
     keys = open_dataset(clips).index.keys
     folder = [k.rpartition("/")[0] for k in keys]
     window = WindowConfig(size=4, shift=3, cross_shards=True, sequences="dirname")
-    with Loader(clips, batch_size=4, window=window, transform=CenterCrop(8)) as loader:
+    with Loader(
+        SourceConfig(clips, window=window), batch_size=4, transform=CenterCrop(8)
+    ) as loader:
         records = np.concatenate([b["records"] for b in _epoch(loader)])
     expected = []
     for name in dict.fromkeys(folder):
@@ -153,9 +157,8 @@ def test_a_window_shares_one_augmentation(tmp_path: Path) -> None:
         (image.parent / f"copy_{n:03d}.jpg").write_bytes(image.read_bytes())
     pack(tmp_path / "src", tmp_path / "ds")
     with Loader(
-        str(tmp_path / "ds"),
+        SourceConfig(str(tmp_path / "ds"), window=WindowConfig(size=4)),
         batch_size=3,
-        window=WindowConfig(size=4),
         transform=RandomResizedCrop(16, flip=True),
     ) as loader:
         batches = _epoch(loader)
@@ -170,13 +173,13 @@ def test_a_window_shares_one_augmentation(tmp_path: Path) -> None:
 def test_windows_in_process_mode_equal_threads(frames: str) -> None:
     options: dict[str, Any] = {
         "batch_size": 4,
-        "window": WindowConfig(size=3),
         "transform": RandomResizedCrop(8, flip=True),
         "seed": 5,
     }
-    with Loader(frames, **options) as threads:
+    windows = SourceConfig(frames, window=WindowConfig(size=3))
+    with Loader(windows, **options) as threads:
         a = _epoch(threads)
-    with Loader(frames, method="process", num_threads=2, **options) as processes:
+    with Loader(windows, **options, decode=DecodeConfig(threads=2, method="process")) as processes:
         b = _epoch(processes)
     for x, y in zip(a, b, strict=True):
         np.testing.assert_array_equal(x["image"], y["image"])
@@ -190,20 +193,17 @@ def test_side_table_rows_arrive_with_their_samples(frames: str, tmp_path: Path) 
     url = str(tmp_path / "features.npy")
     for cache_dir in (None, tmp_path / "cache"):
         with Loader(
-            frames,
+            SourceConfig(frames, side_tables={"features": url}),
             batch_size=7,
             transform=CenterCrop(8),
-            side_tables={"features": url},
-            cache_dir=cache_dir,
+            cache=CacheConfig(dir=cache_dir),
         ) as loader:
             for batch in loader:
                 np.testing.assert_array_equal(batch["features"], features[batch["index"]])
     with Loader(
-        frames,
+        SourceConfig(frames, window=WindowConfig(size=2), side_tables={"features": url}),
         batch_size=3,
-        window=WindowConfig(size=2),
         transform=CenterCrop(8),
-        side_tables={"features": url},
     ) as windows:
         for batch in windows:
             assert batch["features"].shape == (len(batch["key"]), 2, 8)
@@ -213,7 +213,7 @@ def test_side_table_rows_arrive_with_their_samples(frames: str, tmp_path: Path) 
 def test_a_side_table_of_the_wrong_length_is_refused(frames: str, tmp_path: Path) -> None:
     write_side_table(open_store(tmp_path), "short.npy", np.zeros((3, 2), dtype=np.float32))
     with pytest.raises(ValueError, match="has 3 rows but"):
-        Loader(frames, batch_size=2, side_tables={"f": str(tmp_path / "short.npy")})
+        Loader(SourceConfig(frames, side_tables={"f": str(tmp_path / "short.npy")}), batch_size=2)
 
 
 def test_several_datasets_need_a_mix(two: tuple[str, str]) -> None:

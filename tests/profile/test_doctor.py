@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from stoker import DecodeConfig
 from stoker.pack.packer import PackConfig, pack
 from stoker.pipeline.loader import Loader
 from stoker.pipeline.order import OrderConfig
@@ -77,7 +78,7 @@ def test_slow_store(small: Path, s3_server: SeaweedServer, s3_bucket: Any) -> No
 
 
 def test_slow_decode(large: str) -> None:
-    with Loader(large, batch_size=4, num_threads=1) as loader:  # full-size decode
+    with Loader(large, batch_size=4, decode=DecodeConfig(threads=1)) as loader:  # full-size decode
         diagnosis = diagnose(loader, step_s=0.002)
     print(format_diagnosis(diagnosis))
     _check(diagnosis, "input-bound: decode")
@@ -94,7 +95,9 @@ def test_slow_python_transform(small: Path) -> None:
             pass
         return np.asarray(image.resize((16, 16)))
 
-    with Loader(str(small / "ds"), batch_size=8, transform=heavy, num_threads=2) as loader:
+    with Loader(
+        str(small / "ds"), batch_size=8, transform=heavy, decode=DecodeConfig(threads=2)
+    ) as loader:
         diagnosis = diagnose(loader, step_s=0.002)
     print(format_diagnosis(diagnosis))
     _check(diagnosis, "input-bound: transform")
@@ -125,8 +128,8 @@ def traced(small: Path) -> Diagnosis:
         str(small / "ds"),
         batch_size=8,
         transform=RandomResizedCrop(16),
-        num_threads=2,
-        order=OrderConfig(block_size=4, group_blocks=1),  # several reads in flight at once
+        order=OrderConfig(block_size=4, group_blocks=1),
+        decode=DecodeConfig(threads=2),
     ) as loader:
         return diagnose(loader, step_s=0.005)
 

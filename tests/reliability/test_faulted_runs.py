@@ -104,9 +104,7 @@ def test_two_loader_epochs_under_faults(s3_bucket, proxy, tmp_path: Path) -> Non
 
     # Short blocks from many shards: a few hundred ranged GETs in two epochs.
     order = OrderConfig(block_size=2, group_blocks=4)
-    with Loader(
-        url, batch_size=16, shuffle=True, seed=3, storage_options=options, order=order
-    ) as loader:
+    with Loader(url, batch_size=16, seed=3, storage_options=options, order=order) as loader:
         for epoch in range(2):
             loader.set_epoch(epoch)
             indices: list[int] = []

@@ -21,6 +21,7 @@ import pytest
 import simplejpeg
 from PIL import Image
 
+from stoker import DecodeConfig, OrderConfig
 from stoker.errors import SourceError
 from stoker.format.foreign.base import Sample
 from stoker.format.index import DatasetIndex, write_index
@@ -155,11 +156,17 @@ def test_loader_skips_or_raises_on_a_bomb(tmp_path: Path) -> None:
         image = jpeg_bomb() if i == 3 else make_jpeg(RNG, width=40, height=30)
         writer.add(Sample(key=f"k{i}", fields={"jpg": image}, label=i))
     write_index(store, DatasetIndex.from_shards([writer.close()], class_names=[], fields={}))
-    loader = Loader(str(tmp_path), batch_size=6, shuffle=False, transform=CenterCrop(16))
+    loader = Loader(
+        str(tmp_path), batch_size=6, transform=CenterCrop(16), order=OrderConfig(mode="none")
+    )
     with loader, pytest.raises(ValueError, match=r"'k3'.*exceeds max_pixels"):
         list(loader)
     with Loader(
-        str(tmp_path), batch_size=6, shuffle=False, transform=CenterCrop(16), on_error="skip"
+        str(tmp_path),
+        batch_size=6,
+        transform=CenterCrop(16),
+        order=OrderConfig(mode="none"),
+        decode=DecodeConfig(on_error="skip"),
     ) as loader:
         (batch,) = list(loader)
         assert batch["key"] == ["k0", "k1", "k2", "k4", "k5"]

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from stoker import DecodeConfig, OrderConfig
 from stoker.errors import CorruptShardError, ShardFormatError
 from stoker.format.foreign.base import Sample
 from stoker.format.index import DatasetIndex, read_index, write_index
@@ -58,7 +59,9 @@ def data_offset(store: Store, key: str) -> int:
 
 
 def loader(url: str | ShardDataset, **options: Any) -> Loader:
-    return Loader(url, batch_size=8, shuffle=False, transform=CenterCrop(16), **options)
+    return Loader(
+        url, batch_size=8, transform=CenterCrop(16), **options, order=OrderConfig(mode="none")
+    )
 
 
 @pytest.fixture
@@ -233,11 +236,11 @@ def test_undecodable_jpeg_is_named_or_skipped_and_counted(
     dataset = open_dataset(url)
     assert dataset[2]["jpg"] == broken["k2"]  # the bytes are intact; they are not an image
     assert dataset.verify().ok
-    options = {"batch_size": 8, "shuffle": False, "transform": transform}
+    options = {"batch_size": 8, "order": OrderConfig(mode="none"), "transform": transform}
     running = Loader(url, **options)
     with running, pytest.raises(ValueError, match=r"sample 'k2'.*cannot decode JPEG"):
         list(running)
-    with Loader(url, on_error="skip", **options) as running:
+    with Loader(url, **options, decode=DecodeConfig(on_error="skip")) as running:
         batches = list(running)
         skipped = running.stats().skipped
     assert [k for batch in batches for k in batch["key"]] == ["k0", "k1", "k3", "k4", "k5", "k7"]

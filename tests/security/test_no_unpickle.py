@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 import stoker
+from stoker import World
 from stoker.format.reader import open_dataset
 from stoker.pipeline.loader import Loader
 from stoker.pipeline.transforms import CenterCrop
@@ -124,7 +125,7 @@ def test_pack_open_read_verify_and_load_never_unpickle(tmp_path: Path) -> None:
     assert [s["pkl"] for s in many] == [written[s["key"]]["pkl"] for s in many]
     assert dataset.verify().ok
 
-    with Loader(url, batch_size=5, transform=CenterCrop(24), num_workers=1) as loader:
+    with Loader(url, batch_size=5, transform=CenterCrop(24), world=World(num_workers=1)) as loader:
         keys = [k for batch in loader for k in batch["key"]]
     assert sorted(keys) == sorted(written)
     with Loader(url, batch_size=4, transform=lambda image: np.asarray(image).shape) as loader:

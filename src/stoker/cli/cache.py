@@ -20,7 +20,7 @@ def _open(directory: str) -> DiskCache:
 
 @click.group("cache")
 def cache_group() -> None:
-    """Look at, check and empty a disk cache made with Loader(cache_dir=DIRECTORY)."""
+    """Look at, check and empty a disk cache: the dir of a Loader's CacheConfig."""
 
 
 @cache_group.command("info")

@@ -80,16 +80,17 @@ def _open_loader(
     threads: int | None = None,
     cache_dir: str | None = None,
 ) -> Loader:
+    from stoker.pipeline.config import CacheConfig, DecodeConfig
     from stoker.pipeline.loader import Loader
 
     return Loader(
         url,
         batch_size=batch_size,
         seed=seed,
-        num_threads=threads,
         transform=_transform(transform_kind, size),
+        decode=DecodeConfig(threads=threads or "auto"),
+        cache=CacheConfig(dir=cache_dir),
         storage_options=_storage(ctx),
-        cache_dir=cache_dir,
     )
 
 

@@ -9,6 +9,7 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from enum import StrEnum
 
 
 class Counters:
@@ -49,6 +50,30 @@ def merge_snapshots(snapshots: Iterable[dict[str, int]]) -> dict[str, int]:
     for snapshot in snapshots:
         total.update(snapshot)
     return dict(sorted(total.items()))
+
+
+class Stage(StrEnum):
+    """The stages of the read path, named once for the loader, its stats, traces, plots and
+    the doctor. Members are strings, so ``stats.stages["decode"]`` works as well."""
+
+    #: Opening the dataset: its index (and listing).
+    INDEX = "index"
+    #: Ranged reads of a chunk of samples, on the I/O engine.
+    FETCH = "fetch"
+    #: Decoding images (and the built-in transforms, which decode only what they keep).
+    DECODE = "decode"
+    #: The user's transform callable, and nothing else.
+    TRANSFORM = "transform"
+    #: Assembling a batch's dict from its decoded samples.
+    COLLATE = "collate"
+    #: The loader waiting for a fetch it needs.
+    WAIT_FETCH = "wait.fetch"
+    #: The loader waiting for a batch's decoding.
+    WAIT_DECODE = "wait.decode"
+    #: The training loop waiting for the next batch.
+    CONSUMER_WAIT = "consumer.wait"
+    #: The training loop's own step, between two batches.
+    CONSUMER_STEP = "consumer.step"
 
 
 @dataclass(frozen=True, slots=True)

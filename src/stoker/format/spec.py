@@ -46,10 +46,23 @@ def check_key(key: str) -> None:
         raise ValueError(f"sample key {key[:40]!r}... is longer than 200 bytes")
 
 
+_EXTENSION_ALIASES = {"jpeg": "jpg", "jpe": "jpg", "tif": "tiff"}
+
+#: Field extensions that hold an encoded image, as pack writes them (normalised).
+IMAGE_FIELDS = ("jpg", "png", "webp", "bmp", "tiff", "gif")
+#: The same with their aliases, each after its own name: what a reader looks for in a
+#: sample, since shards indexed in place (a WebDataset tar) keep their members' names.
+IMAGE_FIELD_NAMES = tuple(
+    name
+    for ext in IMAGE_FIELDS
+    for name in (ext, *(a for a, e in _EXTENSION_ALIASES.items() if e == ext))
+)
+
+
 def normalise_extension(ext: str) -> str:
     """Lower-case field extension with common aliases folded (``JPEG`` -> ``jpg``)."""
     ext = ext.lower().lstrip(".")
-    return {"jpeg": "jpg", "jpe": "jpg", "tif": "tiff"}.get(ext, ext)
+    return _EXTENSION_ALIASES.get(ext, ext)
 
 
 def sniff_image_extension(data: bytes) -> str:

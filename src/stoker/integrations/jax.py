@@ -21,13 +21,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, Unpack
 
 import jax
 import numpy as np
 
 from stoker.format.reader import ShardDataset
+from stoker.pipeline.config import LoaderOptions
 from stoker.pipeline.loader import Loader
+from stoker.pipeline.world import World
 
 
 def detect_world() -> tuple[int, int]:
@@ -95,11 +97,11 @@ class JaxLoader:
             axis gets an equal part, so it must divide evenly.
         sharding: Where batches go; default :func:`batch_sharding` over all devices. It is
             applied to every array of a batch, so name only the leading axis in it.
-        drop_last: Drop each epoch's last incomplete batch (default here, as shapes that
-            change make ``jit`` compile again).
-        **loader_options: Passed to :class:`stoker.Loader` (``transform``, ``shuffle``,
-            ``seed``, ``storage_options``, ...). ``rank`` and ``world_size`` default to
-            :func:`detect_world`; pass them when processes share data (replicas).
+        **options: :class:`stoker.Loader`'s settings (``transform``, ``seed``, ``order``,
+            ``decode``, ``cache``, ``storage_options``, ...). ``world`` defaults to the rank
+            of :func:`detect_world`; give one when processes share data (replicas).
+            ``drop_last`` defaults to True here, as shapes that change make ``jit``
+            compile again.
 
     Attributes:
         loader: The :class:`stoker.Loader` making the batches (``loader.stats()``, ...).
@@ -112,14 +114,15 @@ class JaxLoader:
         *,
         batch_size: int,
         sharding: jax.sharding.Sharding | None = None,
-        drop_last: bool = True,
-        **loader_options: Any,
+        **options: Unpack[LoaderOptions],
     ) -> None:
-        options = dict(loader_options)
-        if "rank" not in options and "world_size" not in options:
-            options["rank"], options["world_size"] = detect_world()
+        # Shapes that change make jit compile again: drop the last incomplete batch.
+        options.setdefault("drop_last", True)
+        if options.get("world") is None:
+            rank, world_size = detect_world()
+            options["world"] = World(rank=rank, world_size=world_size)
         self.sharding = sharding if sharding is not None else batch_sharding()
-        self.loader = Loader(source, batch_size=batch_size, drop_last=drop_last, **options)
+        self.loader = Loader(source, batch_size=batch_size, **options)
         self._state: dict[str, Any] | None = None  # the loader's state at the last delivery
 
     def set_epoch(self, epoch: int) -> None:

@@ -3,7 +3,8 @@
 ::
 
     train = make_dataset(url, batch_size=64, transform=RandomResizedCrop(224))
-    val = make_dataset(val_url, batch_size=64, transform=CenterCrop(224), shuffle=False)
+    val = make_dataset(val_url, batch_size=64, transform=CenterCrop(224),
+                       order=OrderConfig(mode="none"))
     model.fit(train, epochs=10, validation_data=val)
 
 The batches come from :class:`stoker.Loader` (ranged GETs, prefetch, a decode thread pool
@@ -23,14 +24,16 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, Unpack
 
 import numpy as np
 import tensorflow as tf
 
 from stoker.format.reader import ShardDataset, open_dataset
+from stoker.pipeline.config import LoaderOptions
 from stoker.pipeline.loader import Loader
 from stoker.pipeline.transforms import PlannedTransform
+from stoker.pipeline.world import World
 
 #: The fields a batch element can hold, in the order asked for.
 FIELDS = ("image", "label", "index", "key")
@@ -86,7 +89,7 @@ def make_dataset(
     fields: Sequence[str] = ("image", "label"),
     input_context: Any = None,
     epoch: int = 0,
-    **loader_options: Any,
+    **options: Unpack[LoaderOptions],
 ) -> Any:
     """A ``tf.data.Dataset`` of batches, for ``model.fit`` or a custom loop.
 
@@ -106,21 +109,20 @@ def make_dataset(
         input_context: A ``tf.distribute.InputContext``: this pipeline reads the share of
             rank ``input_pipeline_id`` of ``num_input_pipelines``.
         epoch: Epoch of the first pass (to continue a run at Keras' ``initial_epoch``).
-        **loader_options: Passed to :class:`stoker.Loader` (``transform``, ``shuffle``,
-            ``seed``, ``drop_last``, ``storage_options``, ``rank``, ``world_size``, ...).
+        **options: :class:`stoker.Loader`'s settings (``transform``, ``seed``, ``order``,
+            ``drop_last``, ``decode``, ``cache``, ``storage_options``, ``world``, ...).
 
     Returns:
         A ``tf.data.Dataset`` with a known length.
 
     Raises:
-        ValueError: Unknown ``fields``, or both ``input_context`` and ``rank`` or
-            ``world_size``.
+        ValueError: Unknown ``fields``, or both ``input_context`` and ``world``.
     """
-    options = dict(loader_options)
     if input_context is not None:
-        if "rank" in options or "world_size" in options:
-            raise ValueError("give either input_context or rank and world_size, not both")
-        options["rank"], options["world_size"] = detect_world(input_context)
+        if options.get("world") is not None:
+            raise ValueError("give either input_context or world, not both")
+        rank, world_size = detect_world(input_context)
+        options["world"] = World(rank=rank, world_size=world_size)
     names = tuple(fields)
     signature = output_signature(options.get("transform"), names)
     opened = (
@@ -140,7 +142,8 @@ def make_dataset(
 
     dataset = tf.data.Dataset.from_generator(batches, output_signature=signature)
     dataset = dataset.apply(tf.data.experimental.assert_cardinality(steps))
-    if int(options.get("world_size") or 1) > 1:
+    world = options.get("world")
+    if world is not None and world.world_size > 1:
         # The loader already reads this rank's share; tf.distribute must not shard again.
         sharding = tf.data.Options()
         sharding.experimental_distribute.auto_shard_policy = (

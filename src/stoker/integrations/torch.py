@@ -17,15 +17,21 @@ state is a few integers and restores with any number of workers or threads.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from typing import Any
+import weakref
+from collections.abc import Generator, Iterator, Mapping
+from dataclasses import replace
+from typing import Any, Unpack
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from stoker.format.reader import ShardDataset, open_dataset
+from stoker.pipeline.config import DecodeConfig, LoaderOptions
 from stoker.pipeline.loader import Loader
+from stoker.pipeline.plan import batches_per_epoch, resolve_order, resolve_seed, resume_point
+from stoker.pipeline.sources import DatasetSource
+from stoker.pipeline.world import World
 
 
 def detect_world() -> tuple[int, int]:
@@ -54,19 +60,24 @@ class StokerIterableDataset(IterableDataset[dict[str, Any]]):
     Args:
         url: Dataset URL.
         batch_size: Samples per batch.
-        **loader_options: Passed to :class:`stoker.Loader` (transform, seed, shuffle, ...).
+        **options: :class:`stoker.Loader`'s settings (``transform``, ``seed``, ``order``,
+            ``decode``, ``cache``, ...). ``world`` defaults to the rank of
+            :func:`detect_world`; its worker fields are set per DataLoader worker.
     """
 
-    def __init__(self, url: str, *, batch_size: int, **loader_options: Any) -> None:
+    def __init__(self, url: str, *, batch_size: int, **options: Unpack[LoaderOptions]) -> None:
         super().__init__()
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.url = url
         self.batch_size = batch_size
-        self.options = dict(loader_options)
-        rank, world = detect_world()
-        self.options.setdefault("rank", rank)
-        self.options.setdefault("world_size", world)
+        if options.get("world") is None:
+            rank, world_size = detect_world()
+            options["world"] = World(rank=rank, world_size=world_size)
+        self.options = options
         self.epoch = 0
         self.resume: dict[str, Any] | None = None  # a Loader state to continue from
+        self.with_state = False  # yield (batch, the loader's state after it) pairs
         self._opened: ShardDataset | None = None  # this process's open dataset
 
     def __getstate__(self) -> dict[str, Any]:
@@ -89,22 +100,62 @@ class StokerIterableDataset(IterableDataset[dict[str, Any]]):
             self.epoch = epoch
             self.resume = None
 
-    def __iter__(self) -> Iterator[dict[str, Any]]:
+    def batches_per_epoch(self) -> int:
+        """Batches of this rank's epoch (computed from the index; no loader is made)."""
+        source = DatasetSource(self.opened())
+        options = self.options
+        order = resolve_order(
+            options.get("order"),
+            seed=options.get("seed"),
+            units=source.units(),
+            unit_bytes=source.unit_bytes(),
+        )
+        world = options.get("world") or World()
+        return batches_per_epoch(
+            source.epoch_order(order, self.epoch),
+            world=world,
+            batch_size=self.batch_size,
+            drop_last=bool(options.get("drop_last", False)),
+        )
+
+    def fresh_state(self) -> dict[str, Any]:
+        """The state of this epoch's start (see :meth:`stoker.Loader.state_dict`)."""
+        options = self.options
+        world = options.get("world") or World()
+        return {
+            "epoch": self.epoch,
+            "batches": 0,
+            "batch_size": self.batch_size,
+            "seed": resolve_seed(options.get("order"), options.get("seed")),
+            "world_size": world.world_size,
+            "segments": [],
+        }
+
+    def __iter__(self) -> Iterator[Any]:
         info = get_worker_info()
-        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
-        options = {**self.options, "worker": worker, "num_workers": workers}
+        options: LoaderOptions = dict(self.options)  # type: ignore[assignment]  # a copy
+        world = options.get("world") or World()
         if info is not None:
-            options["num_threads"] = options.get("num_threads") or 1
+            options["world"] = replace(world, worker=info.id, num_workers=info.num_workers)
+            decode = options.get("decode")
+            if decode is None or decode.threads == "auto":
+                # A worker process is one of several: one decode thread each by default.
+                options["decode"] = replace(decode or DecodeConfig(), threads=1)
         with Loader(self.opened(), batch_size=self.batch_size, **options) as loader:
             loader.set_epoch(self.epoch)
             if self.resume is not None:
                 loader.load_state_dict(self.resume)
             for batch in loader:
-                yield to_tensors(batch)
+                tensors = to_tensors(batch)
+                yield (tensors, loader.state_dict()) if self.with_state else tensors
 
 
 class TorchLoader:
     """Batches of tensors for a training loop, optionally pinned and on ``device``.
+
+    ``state_dict()`` is the state after the last batch this loader handed out (each batch
+    travels with its loader's state, so it holds with DataLoader workers too), not after
+    the one already on its way to the device.
 
     Args:
         url: Dataset URL.
@@ -114,8 +165,9 @@ class TorchLoader:
         pin_memory: Pin batches in page-locked memory (for fast, asynchronous copies).
         device: Move batches there; on CUDA the copy of batch ``i + 1`` overlaps step ``i``.
         channels_last: Images as ``(N, 3, H, W)`` views instead of ``(N, H, W, 3)``.
-        **loader_options: Passed to :class:`stoker.Loader` (transform, seed, shuffle,
-            drop_last, cache_dir, storage_options, ...).
+        **options: :class:`stoker.Loader`'s settings (``transform``, ``seed``, ``order``,
+            ``drop_last``, ``decode``, ``cache``, ``storage_options``, ...); ``world``
+            defaults to the rank of :func:`detect_world`.
     """
 
     def __init__(
@@ -127,48 +179,57 @@ class TorchLoader:
         pin_memory: bool = False,
         device: str | torch.device | None = None,
         channels_last: bool = False,
-        **loader_options: Any,
+        **options: Unpack[LoaderOptions],
     ) -> None:
-        self.dataset = StokerIterableDataset(url, batch_size=batch_size, **loader_options)
+        self.dataset = StokerIterableDataset(url, batch_size=batch_size, **options)
+        self.dataset.with_state = True
+        self.dataset.fresh_state()  # a seed given twice, differently, raises now
         self.num_workers = num_workers
         self.pin_memory = pin_memory
         self.device = torch.device(device) if device is not None else None
         self.channels_last = channels_last
-        self._delivered = 0
-        self._epoch = 0
-        self._segments: list[list[int]] = []  # earlier world sizes in this epoch
-        self._probe = Loader(self.dataset.opened(), batch_size=batch_size, **self.dataset.options)
+        self._state: dict[str, Any] | None = None  # the state after the last delivery
+        # Weak: the iteration refers to this loader, and a cycle would leave an abandoned
+        # one to the garbage collector, which may close it on any thread at any time.
+        self._running: weakref.ref[Generator[dict[str, Any], None, None]] | None = None
 
     def set_epoch(self, epoch: int) -> None:
         """Start epoch ``epoch``."""
-        if epoch != self._epoch:
-            self._epoch = epoch
-            self._delivered = 0
-            self._segments = []
+        if epoch != self.dataset.epoch:
+            self._state = None
         self.dataset.set_epoch(epoch)
-        self._probe.set_epoch(epoch)
 
     def __len__(self) -> int:
-        return len(self._probe)
+        return self.dataset.batches_per_epoch()
 
     def state_dict(self) -> dict[str, Any]:
         """``{"epoch", "batches", "batch_size", "seed", "world_size", "segments"}``."""
-        state = self._probe.state_dict()
-        state.update(epoch=self._epoch, batches=self._delivered, segments=self._segments)
-        return state
+        if self._state is not None:
+            return dict(self._state)
+        if self.dataset.resume is not None:
+            return dict(self.dataset.resume)
+        return self.dataset.fresh_state()
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue after the last batch ``state`` counted, with any number of workers, and
         on any world size (see :meth:`stoker.Loader.load_state_dict`)."""
-        self._probe.load_state_dict(state)
-        resumed = self._probe.state_dict()
-        self._epoch = resumed["epoch"]
-        self._delivered = resumed["batches"]
-        self._segments = resumed["segments"]
-        self.dataset.epoch = self._epoch
+        fresh = self.dataset.fresh_state()
+        point = resume_point(  # raises on another seed or batch size
+            state,
+            seed=fresh["seed"],
+            batch_size=self.dataset.batch_size,
+            world_size=fresh["world_size"],
+        )
+        self.dataset.epoch = point.epoch
         self.dataset.resume = dict(state)
+        self._state = {
+            **fresh,
+            "epoch": point.epoch,
+            "batches": point.position,
+            "segments": [[s.world_size, s.consumed] for s in point.segments],
+        }
 
-    def _batches(self) -> Iterator[dict[str, Any]]:
+    def _batches(self) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
         if self.num_workers == 0:
             yield from self.dataset
             return
@@ -195,31 +256,56 @@ class TorchLoader:
         return out
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
+        self.close()
+        running = self._deliveries()
+        self._running = weakref.ref(running)
+        return running
+
+    def _deliveries(self) -> Generator[dict[str, Any], None, None]:
         stream: Any = None
         if self.device is not None and self.device.type == "cuda":
             # torch.cuda.Stream's constructor carries no annotations.
             stream = torch.cuda.Stream(device=self.device)  # type: ignore[no-untyped-call]
-        upcoming: dict[str, Any] | None = None
-        for batch in self._batches():
-            if stream is not None:
-                with torch.cuda.stream(stream):
-                    ready = self._prepare(batch)
-                if upcoming is not None:
-                    yield self._deliver(upcoming, stream)
-                upcoming = ready
-            else:
-                self._delivered += 1
+        upcoming: tuple[dict[str, Any], dict[str, Any]] | None = None
+        for batch, state in self._batches():
+            if stream is None:
+                self._state = state
                 yield self._prepare(batch)
+                continue
+            with torch.cuda.stream(stream):
+                ready = (self._prepare(batch), state)
+            if upcoming is not None:
+                yield self._deliver(upcoming, stream)
+            upcoming = ready
         if upcoming is not None and stream is not None:
             yield self._deliver(upcoming, stream)
-        self._delivered = 0
-        self._segments = []
+        # The epoch is over: the next iteration starts the next one unless told otherwise.
+        self._state = None
         self.dataset.resume = None
 
-    def _deliver(self, batch: dict[str, Any], stream: Any) -> dict[str, Any]:
+    def _deliver(
+        self, upcoming: tuple[dict[str, Any], dict[str, Any]], stream: Any
+    ) -> dict[str, Any]:
+        batch, state = upcoming
         torch.cuda.current_stream(self.device).wait_stream(stream)
         for value in batch.values():
             if isinstance(value, torch.Tensor):
                 value.record_stream(torch.cuda.current_stream(self.device))
-        self._delivered += 1
+        self._state = state
         return batch
+
+    def close(self) -> None:
+        """Stop an iteration under way: its decode threads, or its DataLoader's workers.
+
+        Iterating again starts anew (from :meth:`state_dict`'s position).
+        """
+        running = self._running() if self._running is not None else None
+        self._running = None
+        if running is not None:
+            running.close()
+
+    def __enter__(self) -> TorchLoader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -29,14 +29,19 @@ from typing import Any, Literal
 from stoker.errors import SourceError, StokerError
 from stoker.format.foreign.base import AsyncSampleReader, Sample, SampleReader, SampleRef
 from stoker.format.index import DatasetIndex, write_index
-from stoker.format.spec import MANIFEST_NAME, PACK_STATE_DIR, normalise_extension, shard_name
+from stoker.format.spec import (
+    IMAGE_FIELDS,
+    MANIFEST_NAME,
+    PACK_STATE_DIR,
+    normalise_extension,
+    shard_name,
+)
 from stoker.format.writer import SampleRecord, ShardRecord, ShardWriter
 from stoker.pack.plan import PackPlan, plan_shards
-from stoker.pack.reencode import IMAGE_FIELDS, ImagePolicy, process_image
+from stoker.pack.reencode import ImagePolicy, process_image
 from stoker.pack.sources import open_reader
 from stoker.storage import Store, open_store
 from stoker.storage.engine import default_engine
-from stoker.storage.open import engine_for
 
 logger = logging.getLogger(__name__)
 
@@ -398,7 +403,7 @@ def pack(
 
 def _check_shards_present(store: Store, records: list[ShardRecord]) -> None:
     """Before the commit point: every shard the index will name exists, at its size."""
-    engine = engine_for(store)
+    engine = store.engine
 
     async def head_all() -> list[int]:
         return [m.size for m in await asyncio.gather(*(store.head_async(r.name) for r in records))]

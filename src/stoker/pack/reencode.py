@@ -13,7 +13,6 @@ from stoker.format.imaging import PILLOW_ERRORS
 from stoker.format.spec import declared_image_size
 from stoker.pack.imagecheck import jpeg_size, png_size
 
-IMAGE_FIELDS = ("jpg", "png", "webp", "bmp", "gif", "tiff")
 #: Default ``ImagePolicy.max_pixels`` (Pillow's warning threshold, about 9,459 x 9,459).
 DEFAULT_MAX_PIXELS = spec.DEFAULT_MAX_PIXELS
 

@@ -109,6 +109,13 @@ class Autotuner:
         """Whether tuning is over."""
         return self.phase == "settled"
 
+    @property
+    def state(self) -> Literal["tuning", "settled", "fixed"]:
+        """``"tuning"``, ``"settled"``, or ``"fixed"`` when nothing may change."""
+        if not (self.tune_threads or self.tune_prefetch):
+            return "fixed"
+        return "settled" if self.settled else "tuning"
+
     def observe(self, now: float, samples: int, fetch_wait_s: float) -> None:
         """Take the loader's running totals after a batch; maybe change a setting.
 

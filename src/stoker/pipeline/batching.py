@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 import sys
-import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -20,18 +19,15 @@ from typing import Any, Literal
 
 import numpy as np
 
-from stoker.core.metrics import Stages
+from stoker.core.metrics import Stage, Stages
 from stoker.errors import StokerError
 from stoker.pipeline.workers import (
     DEFAULT_SAMPLE_BYTES,
     ProcessDecoder,
     SampleDecoder,
+    TransformTimer,
     slice_batch,
 )
-
-
-class _ThreadSeconds(threading.local):
-    seconds = 0.0
 
 
 class BatchArrays:
@@ -123,7 +119,6 @@ class BatchAssembler:
         self._pool: ThreadPoolExecutor | None = None
         self._pools_made = 0
         self._processes: ProcessDecoder | None = None
-        self._transform_s = _ThreadSeconds()  # a user transform's time, per decode thread
         self.arrays = BatchArrays(keep=4)
 
     def start_workers(self, *, batch_size: int, depth: int) -> None:
@@ -200,7 +195,7 @@ class BatchAssembler:
         raw = pending.raw
         keep: list[int] = []
         images: list[Any] = []
-        with self.stages.time("wait.decode", items=len(raw)):
+        with self.stages.time(Stage.WAIT_DECODE, items=len(raw)):
             done = self._collect(pending)
         started = time.perf_counter()
         for results in done:
@@ -233,7 +228,7 @@ class BatchAssembler:
         else:
             batch["image"] = images
         self.stages.record(
-            "collate", time.perf_counter() - started, start_s=started, items=len(keep)
+            Stage.COLLATE, time.perf_counter() - started, start_s=started, items=len(keep)
         )
         return batch
 
@@ -243,8 +238,13 @@ class BatchAssembler:
         done = []
         try:
             for number in pending.process_tasks:
-                results, seconds = self._processes.collect(number, pending.slot)
-                self.stages.record("decode", seconds, items=len(results), lane="processes")
+                results, seconds, transform_s = self._processes.collect(number, pending.slot)
+                items = len(results)
+                self.stages.record(
+                    Stage.DECODE, seconds - transform_s, items=items, lane="processes"
+                )
+                if transform_s:
+                    self.stages.record(Stage.TRANSFORM, transform_s, items=items, lane="processes")
                 if pending.out is not None:
                     for n, value in results:
                         if isinstance(value, np.ndarray):
@@ -265,35 +265,23 @@ class BatchAssembler:
     ) -> list[tuple[int, Any]]:
         started = time.perf_counter()
         results: list[tuple[int, Any]] = []
-        self._transform_s.seconds = 0.0
+        # Only a user's callable is timed apart; a built-in transform is part of decoding.
+        timer = None if self.decoder.planned else TransformTimer()
+        decode = self.decoder
         for n in range(first, stop):
             try:
-                value = self._decode_one(
-                    int(ids[n]), epoch, raw[n], None if out is None else out[n]
-                )
+                value = decode(int(ids[n]), epoch, raw[n], None if out is None else out[n], timer)
                 results.append((n, value))
             except ValueError as exc:
                 results.append((n, exc))
         seconds = time.perf_counter() - started
-        spent = self._transform_s.seconds
-        self.stages.record("decode", seconds - spent, start_s=started, items=stop - first)
+        spent = timer.seconds if timer is not None else 0.0
+        self.stages.record(Stage.DECODE, seconds - spent, start_s=started, items=stop - first)
         if spent:  # drawn after the slice's decodes on a timeline
             self.stages.record(
-                "transform", spent, start_s=started + seconds - spent, items=stop - first
+                Stage.TRANSFORM, spent, start_s=started + seconds - spent, items=stop - first
             )
         return results
-
-    def _decode_one(
-        self, index: int, epoch: int, sample: dict[str, Any], out: np.ndarray | None
-    ) -> Any:
-        if self.decoder.planned or self.decoder.transform is None:
-            return self.decoder(index, epoch, sample, out)
-        # A user transform: time it apart from decoding (the decoder calls it last).
-        started = time.perf_counter()
-        try:
-            return self.decoder(index, epoch, sample, out)
-        finally:
-            self._transform_s.seconds += time.perf_counter() - started
 
     def close(self) -> None:
         """Stop the decode threads (or processes); :meth:`start_workers` starts them anew."""

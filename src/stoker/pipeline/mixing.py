@@ -260,7 +260,7 @@ def mixed_epoch_order(
     grand = int(offsets[-1])
     epoch_total = sum(counts)
     # Rounds: as many as the source with the most full-size groups needs.
-    full_groups = [o.block_size * o.group_blocks for o in orders]
+    full_groups = [o.group_samples for o in orders]
     rounds = max((-(-c // g) for c, g in zip(counts, full_groups, strict=True) if c), default=0)
     ids: list[np.ndarray] = []
     group_source: list[int] = []
@@ -269,11 +269,11 @@ def mixed_epoch_order(
     shares: list[SourceShare] = []
     for k, (sizes, config) in enumerate(zip(source_sizes, orders, strict=True)):
         count, size = counts[k], totals[k]
-        blocks = max(1, round(count / (rounds * config.block_size))) if rounds else 1
+        blocks = max(1, round(count / (rounds * config.blocks))) if rounds else 1
         local = replace(
             config,
-            seed=_source_seed(config.seed, k),
-            group_blocks=min(config.group_blocks, blocks),
+            seed=_source_seed(config.seed_value, k),
+            group_blocks=min(config.groups, blocks),
         )
         passes = -(-count // size) if count else 0
         taken = 0

@@ -32,28 +32,67 @@ import numpy as np
 ShuffleMode = Literal["blocks", "random", "none"]
 
 
+#: Samples per block and blocks per group when an OrderConfig leaves them unset and no
+#: Loader derives them from the data.
+DEFAULT_BLOCK_SIZE = 64
+DEFAULT_GROUP_BLOCKS = 16
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class OrderConfig:
-    """Shuffle settings.
+    """Shuffle settings: the one owner of shuffling and its seed.
+
+    A field left ``None`` is filled in by whoever uses the config: a
+    :class:`~stoker.Loader` takes ``seed`` from its own ``seed`` argument (0 by default)
+    and sizes blocks to about 1 MB of its data; the pure functions here use 0,
+    :data:`DEFAULT_BLOCK_SIZE` and :data:`DEFAULT_GROUP_BLOCKS`.
 
     Attributes:
         mode: ``"blocks"`` (mix groups of contiguous blocks), ``"random"`` (full random
-            permutation, one ranged read per sample) or ``"none"``.
+            permutation, one ranged read per sample) or ``"none"`` (no shuffle: the packed
+            order).
         seed: Run-wide seed; the order of epoch ``e`` depends on ``(seed, e)`` only.
         block_size: Samples per block (one ranged read).
         group_blocks: Blocks mixed together; more mixes better and buffers more.
     """
 
     mode: ShuffleMode = "blocks"
-    seed: int = 0
-    block_size: int = 64
-    group_blocks: int = 16
+    seed: int | None = None
+    block_size: int | None = None
+    group_blocks: int | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in ("blocks", "random", "none"):
             raise ValueError(f"mode must be 'blocks', 'random' or 'none', got {self.mode!r}")
-        if self.block_size < 1 or self.group_blocks < 1:
+        if (self.block_size is not None and self.block_size < 1) or (
+            self.group_blocks is not None and self.group_blocks < 1
+        ):
             raise ValueError("block_size and group_blocks must be >= 1")
+
+    @property
+    def shuffle(self) -> bool:
+        """Whether epochs are shuffled (any mode but ``"none"``)."""
+        return self.mode != "none"
+
+    @property
+    def blocks(self) -> int:
+        """Samples per block: ``block_size``, or the default when unset."""
+        return DEFAULT_BLOCK_SIZE if self.block_size is None else self.block_size
+
+    @property
+    def groups(self) -> int:
+        """Blocks per group: ``group_blocks``, or the default when unset."""
+        return DEFAULT_GROUP_BLOCKS if self.group_blocks is None else self.group_blocks
+
+    @property
+    def group_samples(self) -> int:
+        """Samples per read group."""
+        return self.blocks * self.groups
+
+    @property
+    def seed_value(self) -> int:
+        """``seed``, or 0 when unset."""
+        return 0 if self.seed is None else self.seed
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,13 +131,13 @@ def epoch_order(shard_sizes: Sequence[int], *, config: OrderConfig, epoch: int) 
     sizes = np.asarray(shard_sizes, dtype=np.int64)
     total = int(sizes.sum())
     if config.mode == "none" or total == 0:
-        step = config.block_size * config.group_blocks
+        step = config.group_samples
         starts = np.arange(0, total + step, step, dtype=np.int64)
         starts[-1] = total
         return EpochOrder(np.arange(total, dtype=np.int64), np.unique(starts))
     if config.mode == "random":
-        rng = _rng(config.seed, epoch, 1)
-        step = config.block_size * config.group_blocks
+        rng = _rng(config.seed_value, epoch, 1)
+        step = config.group_samples
         starts = np.unique(np.minimum(np.arange(0, total + step, step, dtype=np.int64), total))
         return EpochOrder(rng.permutation(total), starts)
     # Blocks: (first sample, count) for fixed runs of block_size inside every shard.
@@ -106,22 +145,22 @@ def epoch_order(shard_sizes: Sequence[int], *, config: OrderConfig, epoch: int) 
     block_first: list[np.ndarray] = []
     block_count: list[np.ndarray] = []
     for shard, size in enumerate(sizes.tolist()):
-        firsts = np.arange(0, size, config.block_size, dtype=np.int64)
+        firsts = np.arange(0, size, config.blocks, dtype=np.int64)
         block_first.append(firsts + offsets[shard])
-        block_count.append(np.minimum(config.block_size, size - firsts))
+        block_count.append(np.minimum(config.blocks, size - firsts))
     firsts_all = np.concatenate(block_first)
     counts_all = np.concatenate(block_count)
-    rng = _rng(config.seed, epoch, 2)
+    rng = _rng(config.seed_value, epoch, 2)
     permuted = rng.permutation(len(firsts_all))
     firsts_all, counts_all = firsts_all[permuted], counts_all[permuted]
     pieces: list[np.ndarray] = []
     bounds = [0]
-    for g in range(0, len(firsts_all), config.group_blocks):
+    for g in range(0, len(firsts_all), config.groups):
         members = [
             np.arange(f, f + c, dtype=np.int64)
             for f, c in zip(
-                firsts_all[g : g + config.group_blocks].tolist(),
-                counts_all[g : g + config.group_blocks].tolist(),
+                firsts_all[g : g + config.groups].tolist(),
+                counts_all[g : g + config.groups].tolist(),
                 strict=True,
             )
         ]

@@ -57,5 +57,5 @@ def shuffle_quality(
         requests = total
     else:
         # One request per block: blocks are block_size runs inside each shard.
-        requests = sum(-(-int(size) // config.block_size) for size in shard_sizes)
+        requests = sum(-(-int(size) // config.blocks) for size in shard_sizes)
     return ShuffleQuality(distance, float(np.mean(per_batch)), requests, requests / total)

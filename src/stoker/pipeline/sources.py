@@ -34,8 +34,10 @@ import numpy as np
 
 from stoker.format.reader import ShardDataset, open_dataset
 from stoker.format.sidetable import SideTable, open_side_table
+from stoker.pipeline.config import CacheConfig, SourceConfig
 from stoker.pipeline.mixing import MixConfig, MixedOrder, mixed_epoch_order, source_counts
 from stoker.pipeline.order import EpochOrder, OrderConfig, epoch_order
+from stoker.pipeline.plan import block_size_for
 from stoker.pipeline.windows import (
     WindowConfig,
     dirname_sequence_ids,
@@ -44,13 +46,8 @@ from stoker.pipeline.windows import (
     window_starts,
 )
 from stoker.storage.cache import DiskCache
-from stoker.storage.cached import CachedStore
+from stoker.storage.cached import cache_reads
 from stoker.storage.open import open_store
-
-#: Bytes one block (one ranged read) aims for when the caller gives no OrderConfig.
-BLOCK_TARGET_BYTES = 1_000_000
-#: Page of the disk cache: a block's worth, so a cold block costs one or two page reads.
-CACHE_PAGE_BYTES = 1 << 20
 
 
 class Source(Protocol):
@@ -331,53 +328,40 @@ class WindowSource:
         return units
 
 
-def block_size_for(unit_bytes: float, minimum: int = 4) -> int:
-    """Units per block so that a block is about :data:`BLOCK_TARGET_BYTES`: large images
-    get short blocks, so the first batch needs little data and memory stays bounded."""
-    return int(min(64, max(minimum, round(BLOCK_TARGET_BYTES / max(unit_bytes, 1.0)))))
+#: What a Loader accepts as its source.
+SourceLike = (
+    str | os.PathLike[str] | ShardDataset | Sequence[str | os.PathLike[str]] | SourceConfig | Source
+)
 
 
 def open_source(
-    source: str | os.PathLike[str] | ShardDataset | Sequence[str | os.PathLike[str]] | Source,
+    source: SourceLike,
     *,
     storage_options: Mapping[str, Any] | None,
-    mix: MixConfig | None,
-    window: WindowConfig | None,
-    side_tables: Mapping[str, str] | None,
-    cache: tuple[Path, int | None, int] | None,
+    cache: CacheConfig | None,
+    page_bytes: int,
 ) -> Source:
     """Open what a Loader reads: datasets (through a disk cache), side tables, a mix.
 
     Args:
-        source: Dataset URL(s) or opened datasets; a prebuilt source passes through.
+        source: Dataset URL(s) or opened datasets, or a :class:`SourceConfig` (a mix,
+            windows, side tables); a prebuilt source passes through.
         storage_options: See :func:`stoker.open_store`.
-        mix: How to mix several datasets.
-        window: Make units windows of consecutive records.
-        side_tables: ``{name: URL of a .npy file}`` with one row per sample.
-        cache: ``(directory, max bytes or None for a default, page bytes)`` of a disk
-            cache shared by every dataset and side table.
+        cache: The disk cache (``cache.dir``) shared by every dataset and side table.
+        page_bytes: The disk cache's page when ``cache.page_bytes`` leaves it unset.
 
     Raises:
-        ValueError: Contradictory arguments (several datasets without ``mix``, windows
-            over a mix, side tables over a mix, options with a prebuilt source).
+        ValueError: A prebuilt source with a disk cache (it carries its own).
     """
-    inputs: list[str | os.PathLike[str] | ShardDataset]
-    if isinstance(source, str | os.PathLike | ShardDataset):
-        inputs = [source]
-    elif isinstance(source, Sequence):
-        inputs = list(source)
-    else:
-        if mix or window or side_tables or cache:
-            raise ValueError(
-                "a prebuilt source carries its own mix, windows, side tables and cache"
-            )
+    if not isinstance(source, SourceConfig | str | os.PathLike | ShardDataset | Sequence):
+        if cache is not None and cache.dir is not None:
+            raise ValueError("a prebuilt source carries its own disk cache")
         return source
-    if len(inputs) > 1 and mix is None:
-        raise ValueError(f"{len(inputs)} datasets given: say how to mix them with mix=")
-    if mix is not None and window is not None:
-        raise ValueError("windows over a mix are not supported: give one of mix and window")
-    if side_tables and len(inputs) > 1:
-        raise ValueError("side tables go with a single dataset")
+    config = source if isinstance(source, SourceConfig) else SourceConfig(source)
+    location = config.location
+    inputs: list[str | os.PathLike[str] | ShardDataset] = (
+        [location] if isinstance(location, str | os.PathLike | ShardDataset) else list(location)
+    )
     datasets = [
         item
         if isinstance(item, ShardDataset)
@@ -385,31 +369,30 @@ def open_source(
         for item in inputs
     ]
     disk: DiskCache | None = None
-    if cache is not None:
-        directory, max_bytes, page_bytes = cache
+    if cache is not None and cache.dir is not None:
+        directory = Path(cache.dir)
+        max_bytes = cache.max_bytes
         if max_bytes is None:
             directory.mkdir(parents=True, exist_ok=True)
             wanted = int(sum(s.size for d in datasets for s in d.shards) * 1.1) + (64 << 20)
             max_bytes = min(wanted, int(shutil.disk_usage(directory).free * 0.8))
         disk = DiskCache(directory, max_bytes=max_bytes)
-        datasets = [_cached(d, disk, page_bytes) for d in datasets]
+        datasets = [_cached(d, disk, cache.page_bytes or page_bytes) for d in datasets]
     tables = {
-        name: _open_table(url, storage_options, disk) for name, url in (side_tables or {}).items()
+        name: _open_table(url, storage_options, disk)
+        for name, url in (config.side_tables or {}).items()
     }
     sources = [DatasetSource(d, tables if n == 0 else None) for n, d in enumerate(datasets)]
-    if mix is not None:
-        return MixedSource(sources, mix, [block_size_for(s.unit_bytes()) for s in sources])
-    if window is not None:
-        return WindowSource(sources[0], window)
+    if config.mix is not None:
+        return MixedSource(sources, config.mix, [block_size_for(s.unit_bytes()) for s in sources])
+    if config.window is not None:
+        return WindowSource(sources[0], config.window)
     return sources[0]
 
 
 def _cached(dataset: ShardDataset, disk: DiskCache, page_bytes: int) -> ShardDataset:
-    store = dataset.store
-    if isinstance(store, CachedStore):  # re-wrapping would cache twice
-        store = store.inner
-    cached = CachedStore(
-        store,
+    cached = cache_reads(
+        dataset.store,
         disk,
         page_bytes=page_bytes,
         objects={s.name: (f"sha256:{s.sha256}", s.size) for s in dataset.shards},
@@ -423,5 +406,5 @@ def _open_table(
     parent, _, key = str(url).rstrip("/").rpartition("/")
     store = open_store(parent or ".", storage_options=storage_options)
     if disk is not None:
-        store = CachedStore(store, disk)
+        store = cache_reads(store, disk)
     return open_side_table(store, key)

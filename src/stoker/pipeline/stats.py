@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import logging
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from stoker.core.metrics import StageTotals
+from stoker.core.metrics import Stage, StageTotals
 from stoker.core.pricing import EpochCost, StoragePrices
+from stoker.core.units import format_bytes
 
 
 @dataclass(slots=True)
@@ -20,11 +24,13 @@ class LoaderStats:
         cache_hits: Samples served from the in-memory cache.
         requests: The store's request counters (requests, bytes, retries, errors).
         disk_cache: The disk cache's counters (hits, misses, writes, evictions, errors).
-        stages: Time, calls, items and bytes per stage: ``index`` (opening the dataset),
-            ``fetch`` (a read group's requests, on the I/O engine), ``decode`` (decode and
-            built-in transform, per batch slice), ``transform`` (a user callable),
-            ``collate`` (assembling a batch), ``wait.fetch`` and ``wait.decode`` (the
-            pipeline thread blocked on either), ``consumer.wait`` and ``consumer.step``.
+        stages: Time, calls, items and bytes per stage, keyed by
+            :class:`~stoker.core.metrics.Stage` (a string): ``index`` (opening the
+            dataset), ``fetch`` (a read group's requests, on the I/O engine), ``decode``
+            (decode and built-in transform, per batch slice), ``transform`` (a user
+            callable, and only it), ``collate`` (assembling a batch), ``wait.fetch`` and
+            ``wait.decode`` (the pipeline thread blocked on either), ``consumer.wait`` and
+            ``consumer.step``.
         epoch_samples: Samples per epoch on this rank (padding included).
         threads: Decode threads (or processes) allowed now.
         prefetch: Read groups fetched ahead now.
@@ -90,22 +96,22 @@ class LoaderStats:
     def wait_s(self) -> float:
         """Time the consumer waited inside ``next()`` for a batch: the input pipeline's
         stall as the training loop feels it."""
-        return self._seconds("consumer.wait")
+        return self._seconds(Stage.CONSUMER_WAIT)
 
     @property
     def step_s(self) -> float:
         """Time the consumer spent between batches (its training step)."""
-        return self._seconds("consumer.step")
+        return self._seconds(Stage.CONSUMER_STEP)
 
     @property
     def decode_s(self) -> float:
         """Thread time spent decoding (and in built-in transforms)."""
-        return self._seconds("decode")
+        return self._seconds(Stage.DECODE)
 
     @property
     def fetch_s(self) -> float:
         """Time from each fetch's start to its completion, summed."""
-        return self._seconds("fetch")
+        return self._seconds(Stage.FETCH)
 
     @property
     def wait_share(self) -> float:
@@ -123,3 +129,38 @@ class LoaderStats:
         requests = self.requests.get("requests.get", 0) * per_sample
         nbytes = self.requests.get("bytes.read", 0) * per_sample
         return EpochCost(requests, nbytes, prices.cost(requests=requests, nbytes=nbytes))
+
+
+class ProgressLog:
+    """A one-line summary at INFO every ``every_s`` seconds while a loader runs: images/s,
+    the share of time waiting for input, the busiest stage, GETs and bytes read.
+
+    Args:
+        logger: Where the lines go.
+    """
+
+    def __init__(self, logger: logging.Logger) -> None:
+        self.logger = logger
+        self.every_s: float | None = None  # None: silent
+        self._last = (time.perf_counter(), 0)  # (when, samples then)
+
+    def maybe_log(self, now: float, samples: int, stats: Callable[[], LoaderStats]) -> None:
+        """Log a line if ``every_s`` has passed since the last one (``stats`` only then)."""
+        if self.every_s is None or now - self._last[0] < self.every_s:
+            return
+        when, samples_then = self._last
+        self._last = (now, samples)
+        snapshot = stats()
+        busiest = max(
+            (Stage.FETCH, Stage.DECODE, Stage.TRANSFORM, Stage.COLLATE),
+            key=lambda name: snapshot.stages.get(name, StageTotals()).seconds,
+        )
+        self.logger.info(
+            "%.0f images/s; waiting for input %.0f%% of the time; busiest stage %s; "
+            "%d GETs, %s read",
+            (samples - samples_then) / (now - when),
+            100 * snapshot.wait_share,
+            busiest,
+            snapshot.requests.get("requests.get", 0),
+            format_bytes(snapshot.requests.get("bytes.read", 0)),
+        )

@@ -38,17 +38,27 @@ from typing import Any
 
 import numpy as np
 
+from stoker.format.spec import IMAGE_FIELD_NAMES
 from stoker.pipeline.decode import DEFAULT_MAX_PIXELS, decode_full, decode_planned
 from stoker.pipeline.transforms import PlannedTransform
 
 logger = logging.getLogger(__name__)
 
-IMAGE_FIELDS = ("jpg", "jpeg", "png", "webp", "bmp", "tiff", "gif")
 #: Where arenas live; a directory on a RAM file system.
 SHM_DIR = Path("/dev/shm")  # noqa: S108  (a RAM file system, not a temp dir; names are unique)
 #: Arena room per sample when the transform's output size is unknown.
 DEFAULT_SAMPLE_BYTES = 1 << 20
 _POLL_S = 1.0  # how often a waiting side checks that the other is alive
+
+
+class TransformTimer:
+    """Seconds spent in a user's transform callable, added up by the decoder that calls it,
+    so that decoding and the user's own code are timed apart."""
+
+    __slots__ = ("seconds",)
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,9 +83,16 @@ class SampleDecoder:
         object.__setattr__(self, "planned", isinstance(self.transform, PlannedTransform))
 
     def __call__(
-        self, index: int, epoch: int, sample: dict[str, Any], out: np.ndarray | None = None
+        self,
+        index: int,
+        epoch: int,
+        sample: dict[str, Any],
+        out: np.ndarray | None = None,
+        timer: TransformTimer | None = None,
     ) -> Any:
         """The decoded, transformed image of sample ``index`` (into ``out`` if given).
+
+        A user transform's time (the callable's alone) is added to ``timer``, if given.
 
         A window (a unit with ``members``, see :class:`~stoker.pipeline.sources.WindowSource`)
         gives its members' images stacked, all with the window's augmentation (the same crop
@@ -93,7 +110,7 @@ class SampleDecoder:
         members = sample.get("members")
         if members is not None:
             images = [
-                self(index, epoch, member, None if out is None else out[r])
+                self(index, epoch, member, None if out is None else out[r], timer)
                 for r, member in enumerate(members)
             ]
             if out is not None:
@@ -104,7 +121,7 @@ class SampleDecoder:
                 "a window's frames decode to different shapes; use a transform "
                 "with a fixed output size"
             )
-        field_name = next((f for f in IMAGE_FIELDS if f in sample), None)
+        field_name = next((f for f in IMAGE_FIELD_NAMES if f in sample), None)
         if field_name is None:
             raise ValueError(f"no image field (has {sorted(k for k in sample if k != 'key')})")
         rng = random.Random((self.seed * 1_000_003 + epoch) * 2**40 + index)
@@ -115,7 +132,13 @@ class SampleDecoder:
         image = decode_full(sample[field_name], max_pixels=self.max_pixels)
         if self.transform is None:
             return np.asarray(image)
-        return self.transform(image)
+        if timer is None:
+            return self.transform(image)
+        started = time.perf_counter()
+        try:
+            return self.transform(image)
+        finally:
+            timer.seconds += time.perf_counter() - started
 
 
 class WorkerError(RuntimeError):
@@ -160,6 +183,7 @@ def _worker_main(
             return
         try:
             started = time.perf_counter()
+            timer = TransformTimer()
             out: list[tuple[int, str, Any]] = []
             for position, index, fields in task.items:
                 place = None
@@ -167,7 +191,7 @@ def _worker_main(
                     offset = task.slot * slot_bytes + position * sample_bytes
                     place = memoryview(arena)[offset : offset + sample_bytes]
                 try:
-                    value = decoder(index, task.epoch, fields)
+                    value = decoder(index, task.epoch, fields, None, timer)
                 except ValueError as exc:
                     out.append((position, "error", str(exc)))
                     continue
@@ -180,7 +204,8 @@ def _worker_main(
                 else:
                     out.append((position, "inline", value))
                 del place
-            results.put(("done", task.task, (out, time.perf_counter() - started)))
+            elapsed = time.perf_counter() - started
+            results.put(("done", task.task, (out, elapsed, timer.seconds)))
         except BaseException as exc:  # sent to the consumer, which re-raises it
             results.put(
                 ("failed", task.task, f"{type(exc).__name__}: {exc}\n" + traceback.format_exc())
@@ -291,9 +316,10 @@ class ProcessDecoder:
         self._tasks.put(_Task(task, slot, epoch, payload))
         return task
 
-    def collect(self, task: int, slot: int) -> tuple[list[tuple[int, Any]], float]:
-        """Wait for a task: ``(position, array or ValueError)`` per sample, and the seconds
-        its worker spent. Arena results are copied out of shared memory.
+    def collect(self, task: int, slot: int) -> tuple[list[tuple[int, Any]], float, float]:
+        """Wait for a task: ``(position, array or ValueError)`` per sample, the seconds its
+        worker spent, and the part of them spent in a user transform. Arena results are
+        copied out of shared memory.
 
         Raises:
             WorkerError: The task raised in its worker (with the worker's traceback), or a
@@ -306,7 +332,7 @@ class ProcessDecoder:
         kind, value = self._done.pop(task)
         if kind == "failed":
             raise WorkerError(f"a decode worker failed:\n{value}")
-        items, seconds = value
+        items, seconds, transform_s = value
         out: list[tuple[int, Any]] = []
         for position, how, result in items:
             if how == "error":
@@ -321,7 +347,7 @@ class ProcessDecoder:
                 out.append((position, array))
             else:
                 out.append((position, result))
-        return out, seconds
+        return out, seconds, transform_s
 
     def _get_result(self) -> tuple[Any, ...]:
         while True:

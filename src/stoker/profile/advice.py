@@ -11,12 +11,11 @@ import math
 import os
 from typing import TYPE_CHECKING
 
-from stoker.core.metrics import StageTotals
+from stoker.core.metrics import Stage, StageTotals
 from stoker.core.units import format_bytes
 from stoker.pipeline.autotune import default_threads
 from stoker.pipeline.loader import Loader
 from stoker.pipeline.transforms import PlannedTransform
-from stoker.storage.cached import CachedStore
 
 if TYPE_CHECKING:
     from stoker.profile.diagnosis import Diagnosis
@@ -41,8 +40,8 @@ def advise(diagnosis: Diagnosis, loader: Loader) -> list[str]:
         ]
     if bottleneck == "store":
         return _store_advice(d, loader)
-    decode = d.stages.get("decode", empty)
-    transform = d.stages.get("transform", empty)
+    decode = d.stages.get(Stage.DECODE, empty)
+    transform = d.stages.get(Stage.TRANSFORM, empty)
     if bottleneck == "transform":
         per = transform.seconds / max(transform.items, 1)
         return [
@@ -97,12 +96,12 @@ def advise(diagnosis: Diagnosis, loader: Loader) -> list[str]:
 
 
 def _store_advice(d: Diagnosis, loader: Loader) -> list[str]:
-    fetch = d.stages.get("fetch", StageTotals())
+    fetch = d.stages.get(Stage.FETCH, StageTotals())
     latency = fetch.seconds / max(fetch.calls, 1)
     per_fetch = fetch.bytes / max(fetch.calls, 1)
     rate = fetch.bytes / max(d.seconds, 1e-9)
-    group = loader.order_config.block_size * loader.order_config.group_blocks
-    decode = d.stages.get("decode", StageTotals())
+    group = loader.order_config.group_samples
+    decode = d.stages.get(Stage.DECODE, StageTotals())
     decode_batch_s = decode.seconds / max(decode.items, 1) * loader.batch_size
     decode_batch_s /= loader.num_threads
     target = loader.batch_size / max(d.step_s, decode_batch_s, 1e-3)  # samples/s wanted
@@ -120,16 +119,16 @@ def _store_advice(d: Diagnosis, loader: Loader) -> list[str]:
         ),
     ]
     if per_fetch < 4_000_000:
-        bigger = max(loader.order_config.block_size * 4, 1)
+        bigger = max(loader.order_config.blocks * 4, 1)
         advice.append(
             f"Bigger reads: OrderConfig(block_size={bigger}) (now "
-            f"{loader.order_config.block_size} samples per ranged GET) pays each round trip "
+            f"{loader.order_config.blocks} samples per ranged GET) pays each round trip "
             "for more bytes."
         )
-    if not isinstance(loader.dataset.store, CachedStore):
+    if loader.dataset.store.cache is None:
         advice.append(
-            "A disk cache: Loader(cache_dir=...) (or `stoker bench --cache-dir`) serves "
-            "epochs after the first, and restarts, from local disk."
+            "A disk cache: Loader(cache=CacheConfig(dir=...)) (or `stoker bench --cache-dir`) "
+            "serves epochs after the first, and restarts, from local disk."
         )
     retries = d.requests.get("retries", 0)
     if retries:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from stoker import DecodeConfig
 from stoker.format.foreign.base import SampleRef
 from stoker.format.foreign.imagefolder import ImageFolderReader
 from stoker.pack.packer import pack
@@ -377,8 +378,8 @@ def _pack_and_stream(
         batch_size=config.batch_size,
         seed=config.seed,
         transform=RandomResizedCrop(config.size, flip=True),
-        num_threads=threads,
         storage_options=storage_options,
+        decode=DecodeConfig(threads=threads),
     ) as loader:
         open_s = time.perf_counter() - started
         result = bench_loader(loader)  # GETs counted after the index was read

@@ -25,7 +25,7 @@ from collections.abc import Generator, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from stoker.core.metrics import StageTotals, TraceEvent
+from stoker.core.metrics import Stage, StageTotals, TraceEvent
 from stoker.pipeline.loader import Loader
 from stoker.profile.advice import advise
 from stoker.profile.diagnosis import Bottleneck, Diagnosis
@@ -37,11 +37,11 @@ INPUT_BOUND_SHARE = 0.10
 
 #: The stage behind each bottleneck, as ``loader.stats().stages`` names it.
 STAGE_OF: dict[str, str] = {
-    "store": "fetch",
-    "decode": "decode",
-    "transform": "transform",
-    "collate": "collate",
-    "consumer": "consumer.step",
+    "store": Stage.FETCH,
+    "decode": Stage.DECODE,
+    "transform": Stage.TRANSFORM,
+    "collate": Stage.COLLATE,
+    "consumer": Stage.CONSUMER_STEP,
 }
 
 
@@ -209,13 +209,13 @@ def _conclude(loader: Loader, m: _Measured) -> Diagnosis:
 
     consumer = m.wait_s + m.step_total_s
     share = m.wait_s / consumer if consumer > 0 else 0.0
-    decode_s, transform_s = seconds("decode"), seconds("transform")
+    decode_s, transform_s = seconds(Stage.DECODE), seconds(Stage.TRANSFORM)
     transform_part = transform_s / (decode_s + transform_s) if decode_s + transform_s else 0.0
     waits: dict[Bottleneck, float] = {
-        "store": seconds("wait.fetch"),
-        "decode": seconds("wait.decode") * (1 - transform_part),
-        "transform": seconds("wait.decode") * transform_part,
-        "collate": seconds("collate"),
+        "store": seconds(Stage.WAIT_FETCH),
+        "decode": seconds(Stage.WAIT_DECODE) * (1 - transform_part),
+        "transform": seconds(Stage.WAIT_DECODE) * transform_part,
+        "collate": seconds(Stage.COLLATE),
     }
     known = sum(waits.values())
     total_wait = max(m.wait_s, known)
@@ -225,7 +225,7 @@ def _conclude(loader: Loader, m: _Measured) -> Diagnosis:
     wait_shares["other"] = max(0.0, 1.0 - sum(wait_shares.values()))
     window = max(m.window_s, 1e-9)
     end = m.window_start_s + m.window_s
-    fetches = [e for e in m.events if e.stage == "fetch"]
+    fetches = [e for e in m.events if e.stage == Stage.FETCH]
     in_flight = sum(
         min(e.start_s + e.seconds, end) - max(e.start_s, m.window_start_s)
         for e in fetches

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from PIL import Image, ImageDraw, ImageFont
 
+from stoker.core.metrics import Stage
 from stoker.profile.trace import place_events
 
 if TYPE_CHECKING:
@@ -27,21 +28,21 @@ Font = ImageFont.FreeTypeFont | ImageFont.ImageFont
 RGB = tuple[int, int, int]
 
 STAGE_COLOURS: dict[str, RGB] = {
-    "consumer.step": (84, 162, 75),
-    "consumer.wait": (228, 87, 86),
-    "wait.fetch": (158, 202, 233),
-    "wait.decode": (255, 191, 121),
-    "collate": (114, 183, 178),
-    "fetch": (76, 120, 168),
-    "decode": (245, 133, 24),
-    "transform": (178, 121, 162),
-    "index": (186, 176, 172),
+    Stage.CONSUMER_STEP: (84, 162, 75),
+    Stage.CONSUMER_WAIT: (228, 87, 86),
+    Stage.WAIT_FETCH: (158, 202, 233),
+    Stage.WAIT_DECODE: (255, 191, 121),
+    Stage.COLLATE: (114, 183, 178),
+    Stage.FETCH: (76, 120, 168),
+    Stage.DECODE: (245, 133, 24),
+    Stage.TRANSFORM: (178, 121, 162),
+    Stage.INDEX: (186, 176, 172),
 }
 _WAIT_COLOURS: dict[str, RGB] = {
-    "store": STAGE_COLOURS["fetch"],
-    "decode": STAGE_COLOURS["decode"],
-    "transform": STAGE_COLOURS["transform"],
-    "collate": STAGE_COLOURS["collate"],
+    "store": STAGE_COLOURS[Stage.FETCH],
+    "decode": STAGE_COLOURS[Stage.DECODE],
+    "transform": STAGE_COLOURS[Stage.TRANSFORM],
+    "collate": STAGE_COLOURS[Stage.COLLATE],
     "other": (200, 200, 200),
 }
 _INK: RGB = (30, 30, 30)
@@ -184,8 +185,8 @@ def render_doctor(diagnosis: Diagnosis, *, width: int = 1400) -> Image.Image:
         (
             "Training loop time",
             [
-                ("waiting for data", waiting, STAGE_COLOURS["consumer.wait"]),
-                ("step", 1 - waiting, STAGE_COLOURS["consumer.step"]),
+                ("waiting for data", waiting, STAGE_COLOURS[Stage.CONSUMER_WAIT]),
+                ("step", 1 - waiting, STAGE_COLOURS[Stage.CONSUMER_STEP]),
             ],
         ),
         (
@@ -200,8 +201,8 @@ def render_doctor(diagnosis: Diagnosis, *, width: int = 1400) -> Image.Image:
     draw.text((margin, y + 6), "Load (0-100%)", fill=_INK, font=_font(14))
     third = (right - bar_left) // 3
     loads = [
-        ("requests in flight", d.load["store"], STAGE_COLOURS["fetch"]),
-        ("decode threads busy", d.load["decode_threads"], STAGE_COLOURS["decode"]),
+        ("requests in flight", d.load["store"], STAGE_COLOURS[Stage.FETCH]),
+        ("decode threads busy", d.load["decode_threads"], STAGE_COLOURS[Stage.DECODE]),
         (
             f"CPU of {os.cpu_count() or 1} cores (load {d.load['machine']:.1f}/core)",
             d.load["cpu"],
@@ -261,7 +262,7 @@ def render_comparison(comparison: Comparison, *, width: int = 1200) -> Image.Ima
         draw.line([(x, top - 6), (x, top + len(rows) * (bar_h + gap))], fill=_GRID)
         tick += step
     setup_fill: RGB = (190, 190, 190)
-    epoch_fill = STAGE_COLOURS["fetch"]
+    epoch_fill = STAGE_COLOURS[Stage.FETCH]
     for n, r in enumerate(rows):
         y = top + n * (bar_h + gap)
         draw.text((left - 10, y + bar_h / 2), r.method, fill=_INK, font=_font(14), anchor="rm")

@@ -15,16 +15,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from stoker.core.metrics import TraceEvent
+from stoker.core.metrics import Stage, TraceEvent
 
 #: Track of each stage that is not placed by the lane it ran on.
-STAGE_TRACKS = {
-    "consumer.wait": "consumer",
-    "consumer.step": "consumer",
-    "wait.fetch": "pipeline",
-    "wait.decode": "pipeline",
-    "collate": "pipeline",
-    "index": "pipeline",
+STAGE_TRACKS: dict[str, str] = {
+    Stage.CONSUMER_WAIT: "consumer",
+    Stage.CONSUMER_STEP: "consumer",
+    Stage.WAIT_FETCH: "pipeline",
+    Stage.WAIT_DECODE: "pipeline",
+    Stage.COLLATE: "pipeline",
+    Stage.INDEX: "pipeline",
 }
 #: Order of the tracks, top to bottom; other tracks follow in name order.
 _TRACK_ORDER = ("consumer", "pipeline", "io", "decode")

@@ -1,0 +1,165 @@
+"""The Loader's settings, as frozen values: what to read, how to decode, where to cache.
+
+Each object groups the settings of one concern and checks them when it is made, so a
+mistake fails at construction with the field's name. The Loader's other settings live
+beside the code they steer: :class:`~stoker.pipeline.order.OrderConfig` (shuffle, seed,
+block sizes), :class:`~stoker.pipeline.world.World` (rank and worker),
+:class:`~stoker.pipeline.autotune.AutotuneConfig` (budgets of the autotuner),
+:class:`~stoker.pipeline.mixing.MixConfig` and :class:`~stoker.pipeline.windows.WindowConfig`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, TypedDict
+
+from stoker.format.reader import ShardDataset
+from stoker.format.spec import DEFAULT_MAX_PIXELS
+from stoker.pipeline.autotune import AutotuneConfig
+from stoker.pipeline.mixing import MixConfig
+from stoker.pipeline.order import OrderConfig
+from stoker.pipeline.windows import WindowConfig
+from stoker.pipeline.world import World
+
+#: Page of the disk cache when the order reads whole blocks: a block's worth, so a cold
+#: block costs one or two page reads.
+BLOCK_PAGE_BYTES = 1 << 20
+#: Page of the disk cache for ``OrderConfig(mode="random")``, which reads one sample per
+#: request: small pages keep a cold read small.
+SAMPLE_PAGE_BYTES = 128 << 10
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DecodeConfig:
+    """How samples are decoded and transformed.
+
+    Attributes:
+        threads: Decode threads (or processes, with ``method="process"``), or ``"auto"``:
+            start at the CPU count and let the autotuner
+            (:mod:`stoker.pipeline.autotune`) adjust them.
+        method: Decode in ``"thread"``s (the decoders release the GIL) or in worker
+            ``"process"``es, for transforms written in Python that hold the GIL. Processes
+            start with spawn, so the transform must be picklable (a module-level function
+            or class); results come back through shared memory (see
+            :mod:`stoker.pipeline.workers`).
+        max_pixels: Refuse images declaring more pixels than this, before decoding them: a
+            guard against decompression bombs.
+        on_error: ``"raise"`` on an undecodable sample, or ``"skip"`` it (counted and
+            listed in :meth:`stoker.Loader.stats`; its batch is one shorter).
+    """
+
+    threads: int | Literal["auto"] = "auto"
+    method: Literal["thread", "process"] = "thread"
+    max_pixels: int = DEFAULT_MAX_PIXELS
+    on_error: Literal["raise", "skip"] = "raise"
+
+    def __post_init__(self) -> None:
+        if self.threads != "auto" and (not isinstance(self.threads, int) or self.threads < 1):
+            raise ValueError(f"threads must be >= 1 or 'auto', got {self.threads!r}")
+        if self.method not in ("thread", "process"):
+            raise ValueError(f"method must be 'thread' or 'process', got {self.method!r}")
+        if self.max_pixels < 1:
+            raise ValueError(f"max_pixels must be >= 1, got {self.max_pixels}")
+        if self.on_error not in ("raise", "skip"):
+            raise ValueError(f"on_error must be 'raise' or 'skip', got {self.on_error!r}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CacheConfig:
+    """Caches between the store and the decoder.
+
+    Attributes:
+        dir: A node-local directory for a disk cache of shard bytes, shared by every
+            process that names it (ranks, loader workers, other jobs); epochs after the
+            first, and restarts, read from it instead of the store.
+        max_bytes: Bound of the disk cache (default: the dataset's size plus 10 %, or 80 %
+            of the free space under ``dir`` if that is less).
+        memory_bytes: In-memory cache of fetched samples, per loader; with at least the
+            dataset's size, epochs after the first need no requests.
+        page_bytes: Unit in which the disk cache reads and keeps objects (default:
+            :data:`BLOCK_PAGE_BYTES`, or :data:`SAMPLE_PAGE_BYTES` when the order reads
+            one sample per request).
+    """
+
+    dir: str | os.PathLike[str] | None = None
+    max_bytes: int | None = None
+    memory_bytes: int | None = None
+    page_bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.dir is None and (self.max_bytes is not None or self.page_bytes is not None):
+            raise ValueError("max_bytes and page_bytes are the disk cache's: give dir too")
+        for name in ("max_bytes", "memory_bytes", "page_bytes"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}")
+
+
+@dataclass(frozen=True, slots=True)
+class SourceConfig:
+    """What a Loader reads, when it is more than one dataset's samples.
+
+    ``Loader(url, ...)`` reads the samples of one packed dataset. A ``SourceConfig`` in
+    place of the URL mixes several datasets, makes each unit a window of records, or
+    attaches per-sample arrays::
+
+        Loader(SourceConfig(["s3://b/web", "s3://b/books"], mix=MixConfig(weights=(3, 1))),
+               batch_size=64)
+        Loader(SourceConfig("s3://b/clips", window=WindowConfig(size=8)), batch_size=4)
+
+    Attributes:
+        location: A dataset URL, a local path or an opened
+            :class:`~stoker.format.reader.ShardDataset`; or several of them, with ``mix``.
+        mix: Proportions or per-source counts of several datasets in each epoch
+            (:class:`~stoker.pipeline.mixing.MixConfig`); batches then carry ``source``,
+            and :meth:`stoker.Loader.mix_shares` says what each source gives an epoch.
+        window: Make each unit a window of consecutive records
+            (:class:`~stoker.pipeline.windows.WindowConfig`): ``image`` is then
+            ``(N, size, H, W, 3)`` (one augmentation per window), ``label`` ``(N, size)``,
+            and ``records`` holds the record ids. ``WindowConfig(sequences="dirname")``
+            keeps windows within the folder their records were packed from.
+        side_tables: Arrays with one row per sample that live once in the store, as
+            ``{name: URL of a .npy file}``; each batch gets ``batch[name]`` with its rows,
+            read by ranged GETs (through the disk cache, if any).
+    """
+
+    location: (
+        str | os.PathLike[str] | ShardDataset | Sequence[str | os.PathLike[str] | ShardDataset]
+    )
+    mix: MixConfig | None = None
+    window: WindowConfig | None = None
+    side_tables: Mapping[str, str] | None = None
+
+    def __post_init__(self) -> None:
+        several = not isinstance(self.location, str | os.PathLike) and isinstance(
+            self.location, Sequence
+        )
+        count = len(self.location) if several else 1  # type: ignore[arg-type]  # a Sequence
+        if count > 1 and self.mix is None:
+            raise ValueError(
+                f"{count} datasets given: say how to mix them, with "
+                "SourceConfig([...], mix=MixConfig(...))"
+            )
+        if self.mix is not None and self.window is not None:
+            raise ValueError("windows over a mix are not supported: give one of mix and window")
+        if self.side_tables and count > 1:
+            raise ValueError("side tables go with a single dataset")
+
+
+class LoaderOptions(TypedDict, total=False):
+    """The :class:`stoker.Loader` arguments that the framework adapters pass through, typed,
+    so that a misspelt or stale option fails type checking and, at run time, the Loader's
+    own keyword check. See :class:`stoker.Loader` for each."""
+
+    transform: Any
+    seed: int | None
+    drop_last: bool
+    order: OrderConfig | None
+    world: World | None
+    decode: DecodeConfig | None
+    prefetch: int | Literal["auto"]
+    autotune: AutotuneConfig | None
+    cache: CacheConfig | None
+    storage_options: Mapping[str, Any] | None

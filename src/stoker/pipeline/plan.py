@@ -1,0 +1,227 @@
+"""Planning an epoch: pure functions from an order and a place in the world to batches and reads.
+
+The Loader asks :func:`resolve_order` once for its complete order settings, then, for each
+epoch, :func:`plan_epoch` for this worker's batches and the chunks in which they are
+fetched. Nothing here does I/O or keeps state: same inputs, same plan.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from stoker.pipeline.order import (
+    DEFAULT_GROUP_BLOCKS,
+    EpochOrder,
+    OrderConfig,
+    Segment,
+    assign,
+    consumed,
+)
+from stoker.pipeline.world import World
+
+logger = logging.getLogger(__name__)
+
+#: Read groups an epoch should have at least, so that ranks and workers all get a share.
+MIN_GROUPS = 16
+#: Bytes one block (one ranged read) aims for when the caller leaves ``block_size`` unset.
+BLOCK_TARGET_BYTES = 1_000_000
+
+
+def block_size_for(unit_bytes: float, minimum: int = 4) -> int:
+    """Units per block so that a block is about :data:`BLOCK_TARGET_BYTES`: large images
+    get short blocks, so the first batch needs little data and memory stays bounded."""
+    return int(min(64, max(minimum, round(BLOCK_TARGET_BYTES / max(unit_bytes, 1.0)))))
+
+
+def resolve_order(
+    order: OrderConfig | None, *, seed: int | None, units: int, unit_bytes: float
+) -> OrderConfig:
+    """Complete order settings: the given ones, with what they leave unset filled in.
+
+    Unset ``block_size`` and ``group_blocks`` are derived from the data together: blocks
+    of about 1 MB, and groups small enough that the epoch has :data:`MIN_GROUPS`. Both
+    depend on the dataset only (never on the world size), so the order stays the same
+    when a run resumes on a different number of ranks. A ``block_size`` given alone
+    keeps the default ``group_blocks``.
+
+    Args:
+        order: The caller's settings, if any.
+        seed: The Loader's ``seed`` argument, if given.
+        units: Units (samples or windows) in an epoch.
+        unit_bytes: Mean bytes of a unit.
+
+    Raises:
+        ValueError: ``seed`` and ``order.seed`` are both given and differ.
+    """
+    order = order or OrderConfig()
+    block_size = order.block_size or block_size_for(unit_bytes)
+    group_blocks = order.group_blocks
+    if group_blocks is None:
+        blocks = -(-units // block_size)
+        derived = max(1, min(DEFAULT_GROUP_BLOCKS, blocks // MIN_GROUPS))
+        group_blocks = DEFAULT_GROUP_BLOCKS if order.block_size else derived
+    return replace(
+        order,
+        seed=resolve_seed(order, seed),
+        block_size=block_size,
+        group_blocks=group_blocks,
+    )
+
+
+def resolve_seed(order: OrderConfig | None, seed: int | None) -> int:
+    """The run's seed: ``seed`` or ``order.seed``, whichever is given, else 0.
+
+    Raises:
+        ValueError: Both are given and differ.
+    """
+    ordered = order.seed if order is not None else None
+    if seed is not None and ordered is not None and seed != ordered:
+        raise ValueError(f"seed={seed} but order=OrderConfig(seed={ordered}): give the seed once")
+    return ordered if ordered is not None else (seed or 0)
+
+
+def batches_per_epoch(order: EpochOrder, *, world: World, batch_size: int, drop_last: bool) -> int:
+    """Batches one rank delivers in a full epoch of ``order`` (the same on every rank)."""
+    share = assign(order, rank=world.rank, world_size=world.world_size, drop_last=drop_last)
+    n = len(share.samples)
+    return n // batch_size if drop_last else -(-n // batch_size)
+
+
+def warn_if_too_few_groups(order: EpochOrder, world: World, url: str) -> None:
+    """Warn (once, from rank 0's worker 0) when ranks x workers outnumber the read groups."""
+    if order.groups < world.world_size * world.num_workers and world.rank == world.worker == 0:
+        logger.warning(
+            "%s: %d read group(s) for %d rank(s) x %d worker(s): some get none of their "
+            "own and repeat others' samples (or, with drop_last, get no batch); use a smaller "
+            "OrderConfig(block_size=..., group_blocks=...)",
+            url,
+            order.groups,
+            world.world_size,
+            world.num_workers,
+        )
+
+
+def log_padding(plan: EpochPlan, epoch: int, world: World) -> None:
+    """Say (from rank 0) how many samples each rank repeats to even out the ranks."""
+    if plan.padded and world.rank == 0:
+        logger.info(
+            "epoch %d: %d samples repeated per rank to even out %d ranks",
+            epoch,
+            plan.padded,
+            world.world_size,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class EpochPlan:
+    """What one loader worker makes of its rank's share of an epoch.
+
+    Attributes:
+        batches: The rank's epoch cut into batches (every worker's), as sample ids.
+        mine: Numbers of the batches this worker makes, in order, from the resume point.
+        chunks: The samples of ``mine``'s batches in fetch order, cut into the pieces
+            fetched at once (one read group each, so a block is requested once).
+        padded: Samples the rank's share repeats to even out the ranks.
+    """
+
+    batches: list[np.ndarray]
+    mine: list[int]
+    chunks: list[np.ndarray]
+    padded: int = 0
+
+    def wanted(self) -> list[np.ndarray]:
+        """The sample ids of this worker's batches, in delivery order."""
+        return [self.batches[b] for b in self.mine]
+
+
+def plan_epoch(
+    order: EpochOrder,
+    *,
+    world: World,
+    batch_size: int,
+    drop_last: bool,
+    group_samples: int,
+    position: int = 0,
+    segments: Sequence[Segment] = (),
+) -> EpochPlan:
+    """This worker's batches of its rank's share of ``order``, from batch ``position`` on.
+
+    Args:
+        order: The epoch's global order.
+        world: This rank and worker; worker ``w`` makes batches ``w, w + num_workers, ...``.
+        batch_size: Samples per batch.
+        drop_last: Drop a last, incomplete batch (and even ranks out by dropping).
+        group_samples: Samples per read group (the fetch unit of a single worker).
+        position: Batches of the epoch already delivered.
+        segments: Earlier parts of the epoch run on other world sizes; what they consumed
+            is left out and the rest partitioned anew.
+    """
+    exclude = consumed(order, segments, drop_last=drop_last) if segments else None
+    share = assign(
+        order,
+        rank=world.rank,
+        world_size=world.world_size,
+        drop_last=drop_last,
+        exclude=exclude,
+    )
+    samples = share.samples
+    batches = [samples[b : b + batch_size] for b in range(0, len(samples), batch_size)]
+    if drop_last and batches and len(batches[-1]) < batch_size:
+        batches.pop()
+    mine = [b for b in range(world.worker, len(batches), world.num_workers) if b >= position]
+    if world.num_workers > 1:
+        chunks = [batches[b] for b in mine]
+    else:
+        stream = np.concatenate([batches[b] for b in mine]) if mine else np.zeros(0, np.int64)
+        chunks = [stream[i : i + group_samples] for i in range(0, len(stream), group_samples)]
+    return EpochPlan(batches, mine, chunks, share.padded)
+
+
+def chunks_covering(chunks: list[np.ndarray], ids: np.ndarray) -> int:
+    """How many leading chunks hold all of ``ids``."""
+    wanted = {int(i) for i in ids}
+    for count, chunk in enumerate(chunks, 1):
+        wanted.difference_update(int(i) for i in chunk)
+        if not wanted:
+            return count
+    return len(chunks)
+
+
+@dataclass(frozen=True, slots=True)
+class ResumePoint:
+    """Where a restored run goes on: its epoch, the batches of it already delivered on this
+    world size, and the parts of it run on earlier world sizes."""
+
+    epoch: int
+    position: int
+    segments: list[Segment]
+
+
+def resume_point(
+    state: Mapping[str, Any], *, seed: int, batch_size: int, world_size: int
+) -> ResumePoint:
+    """Where to continue a run saved as ``state`` (see :meth:`stoker.Loader.state_dict`).
+
+    With the same world size, the next batch is the one after the last delivered. With a
+    different one, what the old ranks consumed becomes a segment: it is left out of the
+    epoch and the rest is partitioned over the new ranks.
+
+    Raises:
+        ValueError: The state was made with another seed or batch size.
+    """
+    if int(state["seed"]) != seed:
+        raise ValueError(f"state has seed {state['seed']}, loader {seed}")
+    if int(state["batch_size"]) != batch_size:
+        raise ValueError(f"state has batch_size {state['batch_size']}, loader {batch_size}")
+    epoch, batches = int(state["epoch"]), int(state["batches"])
+    segments = [Segment(int(w), int(c)) for w, c in state.get("segments", [])]
+    if int(state["world_size"]) == world_size and not segments:
+        return ResumePoint(epoch, batches, [])
+    return ResumePoint(
+        epoch, 0, [*segments, Segment(int(state["world_size"]), batches * batch_size)]
+    )

@@ -1,0 +1,196 @@
+"""Prefetch: the samples of an epoch's batches, fetched ahead of decoding on the I/O engine.
+
+:class:`Prefetcher` lives as long as its Loader: it owns the in-memory sample cache and
+the read-ahead of the next epoch's first batch. For each epoch, :meth:`Prefetcher.open`
+gives a :class:`FetchStream` over the epoch's plan, which keeps up to ``depth`` chunks in
+flight, tells whether a batch's samples are in, waits for them when they are not, and
+hands them over, letting go of each sample after its last use.
+
+Until the first batch is out, a stream fetches only the chunks that batch needs: requests
+in flight share the link, so fetching further ahead would only delay it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, deque
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from stoker.core.metrics import Stage, Stages
+from stoker.pipeline.cache import SampleCache
+from stoker.pipeline.plan import EpochPlan, chunks_covering
+from stoker.pipeline.sources import Source
+from stoker.storage.engine import IOEngine
+
+#: What one fetch gives: sample id -> its fields.
+Fetched = dict[int, dict[str, Any]]
+
+
+@dataclass(slots=True)
+class _ReadAhead:
+    """Fetches of an epoch's first chunks, started before that epoch was asked for."""
+
+    epoch: int
+    chunks: list[np.ndarray]
+    futures: list[Future[Fetched]]
+
+    def matches(self, epoch: int, chunks: list[np.ndarray]) -> bool:
+        return (
+            epoch == self.epoch
+            and len(chunks) >= len(self.chunks)
+            and all(np.array_equal(a, b) for a, b in zip(self.chunks, chunks, strict=False))
+        )
+
+
+class Prefetcher:
+    """Fetches samples of a source ahead of decoding, through an optional memory cache.
+
+    Args:
+        source: What is read.
+        stages: Where each fetch is timed (:attr:`Stage.FETCH`) and each wait for one
+            (:attr:`Stage.WAIT_FETCH`).
+        memory_bytes: Bound of the in-memory sample cache, or None for none.
+    """
+
+    def __init__(self, source: Source, *, stages: Stages, memory_bytes: int | None) -> None:
+        self.source = source
+        self.stages = stages
+        self.cache = SampleCache(memory_bytes) if memory_bytes else None
+        self.engine: IOEngine = source.datasets[0].store.engine
+        self._ahead: _ReadAhead | None = None
+
+    def open(
+        self, epoch: int, plan: EpochPlan, *, on_drained: Callable[[], None] | None = None
+    ) -> FetchStream:
+        """The fetch stream of ``plan`` (epoch ``epoch``), using a matching read-ahead.
+
+        Args:
+            epoch: The epoch planned.
+            plan: Its batches and chunks for this worker.
+            on_drained: Called once every chunk is submitted and there is room for more
+                (the moment to :meth:`read_ahead` the next epoch).
+        """
+        ahead, self._ahead = self._ahead, None
+        started = ahead.futures if ahead is not None and ahead.matches(epoch, plan.chunks) else []
+        return FetchStream(self, plan, started, on_drained)
+
+    @property
+    def reading_ahead(self) -> bool:
+        """Whether a read-ahead is pending."""
+        return self._ahead is not None
+
+    def read_ahead(self, epoch: int, plan: EpochPlan) -> None:
+        """Start fetching the chunks of ``plan``'s first batch (of epoch ``epoch``) now.
+
+        Used by the next :meth:`open` of the same epoch and chunks; otherwise dropped.
+        """
+        if not plan.mine or not plan.chunks:
+            return
+        count = chunks_covering(plan.chunks, plan.batches[plan.mine[0]])
+        futures = [self.submit(chunk) for chunk in plan.chunks[:count]]
+        self._ahead = _ReadAhead(epoch, plan.chunks[:count], futures)
+
+    def drop_read_ahead(self) -> None:
+        """Forget a pending read-ahead."""
+        self._ahead = None
+
+    def submit(self, ids: np.ndarray) -> Future[Fetched]:
+        """Fetch the samples ``ids`` on the I/O engine."""
+        return self.engine.submit(self._fetch(ids))
+
+    async def _fetch(self, ids: np.ndarray) -> Fetched:
+        started = time.perf_counter()
+        nbytes = 0
+        found: Fetched = {}
+        missing = []
+        for i in (int(x) for x in ids):
+            cached = self.cache.get(i) if self.cache else None
+            if cached is not None:
+                found[i] = cached
+            elif i not in found:
+                missing.append(i)
+        unique = list(dict.fromkeys(missing))
+        if unique:
+            for i, sample in zip(unique, await self.source.read_async(unique), strict=True):
+                found[i] = sample
+                if self.cache is not None and "error" not in sample:
+                    self.cache.put(i, sample)
+            nbytes = self.source.nbytes(unique)
+        self.stages.record(
+            Stage.FETCH,
+            time.perf_counter() - started,
+            start_s=started,
+            items=len(unique),
+            nbytes=nbytes,
+            lane="io",
+        )
+        return found
+
+
+class FetchStream:
+    """One epoch's fetches for one worker (see :meth:`Prefetcher.open`).
+
+    ``depth`` (chunks in flight once batches are flowing) may change between calls; the
+    Loader's autotuner deepens it while the pipeline waits on the store.
+    """
+
+    def __init__(
+        self,
+        prefetcher: Prefetcher,
+        plan: EpochPlan,
+        started: list[Future[Fetched]],
+        on_drained: Callable[[], None] | None,
+    ) -> None:
+        self._prefetcher = prefetcher
+        self._chunks = plan.chunks
+        self._fetches: deque[Future[Fetched]] = deque(started)
+        self._next = len(started)
+        self._fetched: Fetched = {}
+        self._on_drained = on_drained
+        # Padding can repeat a sample: keep it until its last use in this stream.
+        self._uses = Counter(int(i) for ids in plan.wanted() for i in ids)
+        wanted = plan.wanted()
+        self._first_need = chunks_covering(plan.chunks, wanted[0]) if wanted else 0
+        self.depth = 1
+        self.delivering = False  # set once the first batch is out: then fetch `depth` ahead
+
+    def top_up(self) -> None:
+        """Submit chunks until ``depth`` are in flight (only the first batch's, at first)."""
+        limit = self.depth if self.delivering else max(1, self._first_need)
+        while self._next < len(self._chunks) and len(self._fetches) < limit:
+            self._fetches.append(self._prefetcher.submit(self._chunks[self._next]))
+            self._next += 1
+        if self._next == len(self._chunks) and len(self._fetches) < limit and self._on_drained:
+            callback, self._on_drained = self._on_drained, None
+            callback()
+
+    def ready(self, ids: np.ndarray) -> bool:
+        """Whether every sample of ``ids`` is in (collects finished fetches; never blocks)."""
+        while self._fetches and self._fetches[0].done():
+            self._fetched.update(self._fetches.popleft().result())
+        return all(int(i) in self._fetched for i in ids)
+
+    def wait(self, ids: np.ndarray) -> None:
+        """Block until every sample of ``ids`` is in, timed as :attr:`Stage.WAIT_FETCH`."""
+        while not self.ready(ids):
+            self.top_up()
+            if not self._fetches:
+                raise RuntimeError("internal error: batch samples were never fetched")
+            with self._prefetcher.stages.time(Stage.WAIT_FETCH):
+                self._fetched.update(self._fetches.popleft().result())
+
+    def take(self, ids: np.ndarray) -> list[dict[str, Any]]:
+        """The fetched samples of ``ids``, letting go of each after its last use."""
+        fetched = self._fetched
+        raw = [fetched[int(i)] for i in ids]
+        for i in ids:
+            key = int(i)
+            self._uses[key] -= 1
+            if self._uses[key] == 0:
+                del fetched[key]
+        return raw
