@@ -15,6 +15,11 @@ checking the tar members, fetch scheduling, thread hand-offs, batch arrays, coll
     pip install -e '.[bench]'
     python benchmarks/overhead.py                 # 8,000 photos of 150x150, ~2 minutes
     python benchmarks/overhead.py --images 2000 --rounds 1
+    python benchmarks/overhead.py --against ../old/src   # this checkout against another
+
+``--against SRC`` runs every method a second time with the stoker under ``SRC`` (another
+checkout's ``src/``), alternating with this one's in every round, and adds its rows and
+the ratio of the two: a change that should leave speed alone is checked in one run.
 
 Writes benchmarks/out/overhead.json and benchmarks/out/overhead.md.
 """
@@ -35,6 +40,7 @@ OUT = Path(__file__).resolve().parent / "out"
 CHILD = """
 import json, resource, sys, time
 import numpy as np
+import stoker
 from stoker.format.reader import open_dataset
 from stoker.pipeline.loader import Loader
 from stoker.pipeline.transforms import RandomResizedCrop
@@ -58,7 +64,11 @@ if method == "bare":
     images = len(samples)
 else:
     threads = int(method.rpartition("-")[2])
-    with Loader(url, batch_size=256, transform=transform, num_threads=threads) as loader:
+    if hasattr(stoker, "DecodeConfig"):
+        options = {"decode": stoker.DecodeConfig(threads=threads)}
+    else:  # a checkout from before the config objects (--against)
+        options = {"num_threads": threads}
+    with Loader(url, batch_size=256, transform=transform, **options) as loader:
         cpu0, wall0 = cpu(), time.perf_counter()
         images = sum(len(batch["label"]) for batch in loader)
 print(json.dumps({"images": images, "cpu_s": cpu() - cpu0, "wall_s": time.perf_counter() - wall0}))
@@ -88,12 +98,16 @@ def prepare(images: int) -> Path:
     return packed
 
 
-def run_one(url: Path, method: str) -> dict[str, Any]:
+def run_one(url: Path, method: str, src: Path | None = None) -> dict[str, Any]:
+    env = dict(os.environ)
+    if src is not None:
+        env["PYTHONPATH"] = str(src)
     done = subprocess.run(
         [sys.executable, "-c", CHILD, str(url), method],
         capture_output=True,
         text=True,
         check=False,
+        env=env,
     )
     if done.returncode != 0:
         raise RuntimeError(f"{method} failed:\n{done.stderr[-2000:]}")
@@ -107,39 +121,60 @@ def main() -> int:
     )
     parser.add_argument("--images", type=int, default=8000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--against",
+        type=Path,
+        metavar="SRC",
+        help="another checkout's src/ directory: run every method with it too, alternating",
+    )
     args = parser.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     url = prepare(args.images)
-    runs: dict[str, list[dict[str, Any]]] = {m: [] for m in METHODS}
+    trees: dict[str, Path | None] = {"this": None}
+    if args.against is not None:
+        trees["against"] = args.against.resolve()
+    runs: dict[str, list[dict[str, Any]]] = {
+        f"{method}@{tree}": [] for tree in trees for method in METHODS
+    }
     for round_number in range(args.rounds):
         for method in METHODS:
-            result = run_one(url, method)
-            runs[method].append(result)
-            print(
-                f"round {round_number + 1}: {method:9s} {result['cpu_s']:6.2f} s CPU "
-                f"{result['images'] / result['wall_s']:7.0f} images/s",
-                flush=True,
-            )
+            for tree, src in trees.items():
+                result = run_one(url, method, src)
+                runs[f"{method}@{tree}"].append(result)
+                print(
+                    f"round {round_number + 1}: {method:9s} {tree:7s} {result['cpu_s']:6.2f} s "
+                    f"CPU {result['images'] / result['wall_s']:7.0f} images/s",
+                    flush=True,
+                )
 
-    def median(method: str, key: str) -> float:
-        return float(statistics.median(r[key] / r["images"] for r in runs[method]))
+    def median(run: str, key: str) -> float:
+        return float(statistics.median(r[key] / r["images"] for r in runs[run]))
 
-    bare = median("bare", "cpu_s")
-    lines = [
+    title = (
         f"# Loader CPU beyond decoding: {args.images} photos of 150x150, RandomResizedCrop(224)"
-        f" + flip, local disk, {os.cpu_count()} CPUs, median of {args.rounds} rounds",
-        "",
-        "| method | ms CPU per image | overhead | images/s |",
-        "| --- | ---: | ---: | ---: |",
-    ]
+        f" + flip, local disk, {os.cpu_count()} CPUs, median of {args.rounds} rounds"
+    )
+    if args.against is not None:
+        title += f"; 'against' is {args.against}, run alternately with this checkout"
+    lines = [title, "", "| method | tree | ms CPU per image | overhead | images/s |"]
+    lines.append("| --- | --- | ---: | ---: | ---: |")
     summary: dict[str, Any] = {"images": args.images, "rounds": args.rounds, "runs": runs}
     for method, label in METHODS.items():
-        per_image = median(method, "cpu_s")
-        rate = 1 / median(method, "wall_s")
-        overhead = per_image / bare - 1
-        summary[method] = {"ms_cpu_per_image": 1000 * per_image, "overhead": overhead}
-        shown = "" if method == "bare" else f"{100 * overhead:.0f} %"
-        lines.append(f"| {label} | {1000 * per_image:.3f} | {shown} | {rate:.0f} |")
+        for tree in trees:
+            run = f"{method}@{tree}"
+            per_image = median(run, "cpu_s")
+            rate = 1 / median(run, "wall_s")
+            overhead = per_image / median(f"bare@{tree}", "cpu_s") - 1
+            summary[run] = {"ms_cpu_per_image": 1000 * per_image, "overhead": overhead}
+            shown = "" if method == "bare" else f"{100 * overhead:.0f} %"
+            lines.append(f"| {label} | {tree} | {1000 * per_image:.3f} | {shown} | {rate:.0f} |")
+    if args.against is not None:
+        lines += ["", "| method | CPU per image, this / against | images/s, this / against |"]
+        lines.append("| --- | ---: | ---: |")
+        for method, label in METHODS.items():
+            cpu_ratio = median(f"{method}@this", "cpu_s") / median(f"{method}@against", "cpu_s")
+            rate_ratio = median(f"{method}@against", "wall_s") / median(f"{method}@this", "wall_s")
+            lines.append(f"| {label} | {cpu_ratio:.3f} | {rate_ratio:.3f} |")
     text = "\n".join(lines) + "\n"
     (OUT / "overhead.md").write_text(text, encoding="utf-8")
     (OUT / "overhead.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
