@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from stoker.storage import CachedStore, DiskCache, IOEngine, MemoryStore, default_engine, open_store
-from stoker.storage.open import engine_for
 
 
 class _SlowStore(MemoryStore):
@@ -53,7 +52,6 @@ def test_the_engine_is_the_stores_own(tmp_path: Path) -> None:
     try:
         memory = MemoryStore("seam", engine=engine)
         assert memory.engine is engine
-        assert engine_for(memory) is engine
         assert MemoryStore().engine is default_engine()
         cached = CachedStore(memory, DiskCache(tmp_path, max_bytes=1 << 20))
         assert cached.engine is engine

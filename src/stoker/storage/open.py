@@ -47,11 +47,3 @@ def open_store(
             raise ValueError(f"memory:// URLs take a name only, got {str(parsed)!r}")
         return named_memory_store(parsed.bucket)
     return ObstoreStore(build_native(parsed, options), parsed, options=options, engine=engine)
-
-
-def engine_for(store: Store) -> IOEngine:
-    """The engine to run ``store``'s async methods on: ``store.engine``.
-
-    Kept for callers not yet switched to :attr:`Store.engine <stoker.storage.base.Store.engine>`.
-    """
-    return store.engine
