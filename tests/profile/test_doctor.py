@@ -74,7 +74,7 @@ def test_slow_store(small: Path, s3_server: SeaweedServer, s3_bucket: Any) -> No
     assert diagnosis.dominant_stage == "fetch"
     assert diagnosis.wait_shares["store"] > 0.5
     assert any("prefetch=" in line for line in diagnosis.advice)
-    assert any("cache_dir" in line for line in diagnosis.advice)
+    assert any("CacheConfig(dir=" in line for line in diagnosis.advice)
 
 
 def test_slow_decode(large: str) -> None:

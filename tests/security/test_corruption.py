@@ -114,7 +114,7 @@ def test_flipped_byte_outside_every_sample_is_found_by_verify(local: tuple[str, 
 def test_loader_skips_and_counts_a_corrupt_sample(local: tuple[str, Store]) -> None:
     url, store = local
     damage(store, "shard-000001.tar", flip_at=data_offset(store, "k5"))
-    with loader(url, on_error="skip") as running:
+    with loader(url, decode=DecodeConfig(on_error="skip")) as running:
         keys = [k for batch in running for k in batch["key"]]
         skipped = running.stats().skipped
     assert keys == [k for k in KEYS if k != "k5"]
@@ -150,7 +150,7 @@ def test_truncated_shard_is_named_by_every_reader(local: tuple[str, Store]) -> N
 def test_loader_skips_and_counts_a_truncated_shard(local: tuple[str, Store]) -> None:
     url, store = local
     damage(store, "shard-000001.tar", keep=3000)
-    with loader(url, on_error="skip") as running:
+    with loader(url, decode=DecodeConfig(on_error="skip")) as running:
         keys = [k for batch in running for k in batch["key"]]
         skipped = running.stats().skipped
     assert keys == KEYS[:4]

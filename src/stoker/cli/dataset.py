@@ -259,20 +259,7 @@ def verify_command(ctx: click.Context, url: str, as_json: bool) -> None:
     dataset = open_dataset(url, storage_options=_storage(ctx))
     report = dataset.verify()
     if as_json:
-        click.echo(
-            json.dumps(
-                {
-                    "ok": report.ok,
-                    "shards": report.shards,
-                    "samples": report.samples,
-                    "bytes": report.bytes,
-                    "corrupt": [
-                        {"shard": s, "sample": k, "problem": p} for s, k, p in report.corrupt
-                    ],
-                },
-                indent=2,
-            )
-        )
+        click.echo(json.dumps(report.to_dict(), indent=2))
     elif report.ok:
         click.echo(
             f"OK: {report.shards} shards, {report.samples:,} samples, "

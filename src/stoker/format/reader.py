@@ -45,6 +45,19 @@ class VerifyReport:
         """No problem found."""
         return not self.corrupt
 
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return {
+            "ok": self.ok,
+            "shards": self.shards,
+            "samples": self.samples,
+            "bytes": self.bytes,
+            "corrupt": [
+                {"shard": shard, "sample": key, "problem": problem}
+                for shard, key, problem in self.corrupt
+            ],
+        }
+
 
 class ShardDataset:
     """A packed dataset opened for random access.
