@@ -18,7 +18,7 @@ from stoker.pack.packer import PackConfig, PackReport, pack
 from stoker.pack.reencode import ImagePolicy
 from stoker.pipeline import transforms
 from stoker.pipeline.autotune import AutotuneConfig
-from stoker.pipeline.config import CacheConfig, DecodeConfig, SourceConfig
+from stoker.pipeline.config import CacheConfig, DecodeConfig, LoaderOptions, SourceConfig
 from stoker.pipeline.loader import Loader
 from stoker.pipeline.mixing import MixConfig
 from stoker.pipeline.order import OrderConfig
@@ -46,6 +46,7 @@ __all__ = [
     "EndpointError",
     "ImagePolicy",
     "Loader",
+    "LoaderOptions",
     "LoaderStats",
     "MemoryStore",
     "MixConfig",
