@@ -341,11 +341,19 @@ def test_a_small_dataset_still_splits_over_ranks(dataset_url: str) -> None:
     assert set(shares[0]) | set(shares[1]) == set(open_dataset(dataset_url).index.keys)
 
 
-def test_too_few_groups_for_the_ranks_is_said(
-    dataset_url: str, caplog: pytest.LogCaptureFixture
-) -> None:
-    Loader(dataset_url, batch_size=8, order=OrderConfig(block_size=64), world=World(world_size=4))
-    assert "1 read group(s) for 4 rank(s)" in caplog.text
+def test_ranks_split_by_samples_even_with_one_read_group(dataset_url: str) -> None:
+    # 103 samples in one read group over 4 ranks: 26 steps each, one sample repeated.
+    keys = []
+    for rank in range(4):
+        world = World(rank=rank, world_size=4)
+        order = OrderConfig(block_size=64)
+        with Loader(dataset_url, batch_size=8, order=order, world=world) as loader:
+            keys.append(_keys(loader))
+            assert loader.stats().padded == (1 if rank == 3 else 0)
+    assert {len(k) for k in keys} == {26}
+    everything = [k for share in keys for k in share]
+    assert len(everything) - len(set(everything)) == 1
+    assert set(everything) == set(open_dataset(dataset_url).index.keys)
 
 
 def test_max_pixels_refuses_large_images(dataset_url: str) -> None:

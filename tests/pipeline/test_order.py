@@ -49,6 +49,21 @@ def test_every_sample_exactly_once_across_ranks(sizes, config, world, drop_last)
 
 
 @settings(max_examples=150, deadline=None)
+@given(sizes=layouts, config=configs, world=st.integers(1, 9), drop_last=st.booleans())
+def test_evening_out_ranks_costs_fewer_samples_than_ranks(sizes, config, world, drop_last):
+    order = epoch_order(sizes, config=config, epoch=1)
+    shares = [assign(order, rank=r, world_size=world, drop_last=drop_last) for r in range(world)]
+    total = sum(sizes)
+    repeated = sum(s.padded for s in shares)
+    assert repeated == shares[0].epoch_padded <= world - 1
+    assert shares[0].dropped <= world - 1
+    assert len(shares[0].samples) * world == total + repeated - shares[0].dropped
+    # Each rank's piece is contiguous in the epoch's stream: reads stay long.
+    fresh = np.concatenate([s.samples[: len(s.samples) - s.padded] for s in shares])
+    assert np.array_equal(fresh, order.samples[: len(fresh)])
+
+
+@settings(max_examples=150, deadline=None)
 @given(
     sizes=layouts,
     config=configs,

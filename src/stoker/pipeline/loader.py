@@ -44,7 +44,6 @@ from stoker.pipeline.plan import (
     plan_epoch,
     resolve_order,
     resume_point,
-    warn_if_too_few_groups,
 )
 from stoker.pipeline.prefetch import FetchStream, Prefetcher
 from stoker.pipeline.sources import MixedSource, SourceLike, WindowSource, open_source
@@ -182,7 +181,6 @@ class Loader:
         self._stats = LoaderStats()
         self._epochs_run = 0  # whole epochs this loader has delivered
         self._progress = ProgressLog(logger)
-        warn_if_too_few_groups(self._order(), self.world, self.source.url)
 
     # -- plan ------------------------------------------------------------------------------
 

@@ -13,9 +13,10 @@ A group is read with one ranged request per block, and a batch mixes samples of 
 ``group_blocks`` different places in the dataset. ``mode="random"`` is a full permutation
 (one request per sample); ``mode="none"`` keeps the packed order.
 
-Ranks take whole groups, round robin, so no block is read by two ranks; then every rank's
-share is cut (``drop_last``) or padded with its own first samples to the same length, so
-ranks always run the same number of steps and never hang.
+Ranks take contiguous pieces of the epoch's stream, cut by samples, so every rank runs the
+same number of steps and never hangs; at most ``world_size - 1`` samples are repeated (or,
+with ``drop_last``, dropped) to even them out, and only a block at the boundary of two
+pieces is read (in part) by two ranks.
 
 Resume after a change of world size: the samples that earlier segments of the epoch
 consumed are removed from the epoch's order, and the rest is partitioned anew.
@@ -176,14 +177,16 @@ class Share:
     """One rank's samples for an epoch (or for the rest of an interrupted one).
 
     Attributes:
-        samples: Sample ids in this rank's stream order, padding included.
-        padded: How many of them repeat earlier samples to even out ranks.
+        samples: Sample ids in this rank's stream order, padding included (at the end).
+        padded: How many of them repeat samples of the epoch to even out ranks.
         dropped: How many samples of the epoch no rank gets (``drop_last``).
+        epoch_padded: Repeats over all ranks (at most ``world_size - 1``).
     """
 
     samples: np.ndarray
     padded: int
     dropped: int
+    epoch_padded: int = 0
 
 
 def assign(
@@ -194,46 +197,41 @@ def assign(
     drop_last: bool = False,
     exclude: np.ndarray | None = None,
 ) -> Share:
-    """This rank's share of ``order``: whole groups round robin, then evened out.
+    """This rank's share of ``order``: one contiguous piece of the epoch's stream.
+
+    The stream is cut by samples into ``world_size`` pieces of equal length, so every rank
+    runs the same number of steps; reads stay long (a rank reads whole blocks, except at
+    most one at each end of its piece, which it shares with its neighbour). Evening out
+    repeats or drops fewer than ``world_size`` samples in all, as PyTorch's
+    ``DistributedSampler`` does: the stream is extended with its own first samples (or,
+    with ``drop_last``, cut short) to a multiple of ``world_size``.
 
     Args:
         order: The epoch's order.
         rank: This rank.
         world_size: Number of ranks.
-        drop_last: Cut every rank to the shortest share (dropping samples) instead of
-            padding every rank to the longest (repeating samples).
+        drop_last: Drop the last ``len % world_size`` samples of the stream instead of
+            repeating its first ones.
         exclude: Sample ids already consumed earlier in this epoch (see :func:`consumed`);
             they are removed before partitioning.
 
     Returns:
         The rank's samples; every rank gets the same count.
     """
-    samples, starts = order.samples, order.group_starts
+    samples = order.samples
     if exclude is not None and len(exclude):
-        keep = ~np.isin(samples, exclude)
-        # Group boundaries survive the removal: count kept samples before each start.
-        kept_before = np.concatenate([[0], np.cumsum(keep)])
-        starts = np.unique(kept_before[starts])
-        samples = samples[keep]
-    groups = [samples[starts[g] : starts[g + 1]] for g in range(len(starts) - 1)]
-    shares = [
-        np.concatenate(groups[r::world_size])
-        if groups[r::world_size]
-        else np.zeros(0, dtype=np.int64)
-        for r in range(world_size)
-    ]
-    lengths = [len(s) for s in shares]
-    total = sum(lengths)
-    mine = shares[rank]
+        samples = samples[~np.isin(samples, exclude)]
+    total = len(samples)
     if drop_last:
-        target = min(lengths)
-        return Share(mine[:target], 0, total - target * world_size)
-    target = max(lengths)
-    if len(mine) == target or target == 0:
-        return Share(mine, 0, 0)
-    source = mine if len(mine) else samples
-    repeats = np.resize(source, target - len(mine))
-    return Share(np.concatenate([mine, repeats]), target - len(mine), 0)
+        each = total // world_size
+        return Share(samples[rank * each : (rank + 1) * each], 0, total - each * world_size)
+    each = -(-total // world_size)
+    repeats = each * world_size - total
+    if repeats:
+        samples = np.concatenate([samples, np.resize(samples, repeats)])
+    mine = samples[rank * each : (rank + 1) * each]
+    padded = max(0, min(each, (rank + 1) * each - total))
+    return Share(mine, padded, 0, repeats)
 
 
 @dataclass(frozen=True, slots=True)

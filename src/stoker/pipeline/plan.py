@@ -26,7 +26,7 @@ from stoker.pipeline.world import World
 
 logger = logging.getLogger(__name__)
 
-#: Read groups an epoch should have at least, so that ranks and workers all get a share.
+#: Read groups an epoch should have at least, so that prefetch has several to overlap.
 MIN_GROUPS = 16
 #: Bytes one block (one ranged read) aims for when the caller leaves ``block_size`` unset.
 BLOCK_TARGET_BYTES = 1_000_000
@@ -92,27 +92,13 @@ def batches_per_epoch(order: EpochOrder, *, world: World, batch_size: int, drop_
     return n // batch_size if drop_last else -(-n // batch_size)
 
 
-def warn_if_too_few_groups(order: EpochOrder, world: World, url: str) -> None:
-    """Warn (once, from rank 0's worker 0) when ranks x workers outnumber the read groups."""
-    if order.groups < world.world_size * world.num_workers and world.rank == world.worker == 0:
-        logger.warning(
-            "%s: %d read group(s) for %d rank(s) x %d worker(s): some get none of their "
-            "own and repeat others' samples (or, with drop_last, get no batch); use a smaller "
-            "OrderConfig(block_size=..., group_blocks=...)",
-            url,
-            order.groups,
-            world.world_size,
-            world.num_workers,
-        )
-
-
 def log_padding(plan: EpochPlan, epoch: int, world: World) -> None:
-    """Say (from rank 0) how many samples each rank repeats to even out the ranks."""
-    if plan.padded and world.rank == 0:
+    """Say (from rank 0) how many samples the epoch repeats to even out the ranks."""
+    if plan.epoch_padded and world.rank == 0 and world.worker == 0:
         logger.info(
-            "epoch %d: %d samples repeated per rank to even out %d ranks",
+            "epoch %d: %d sample(s) repeated to even out %d ranks",
             epoch,
-            plan.padded,
+            plan.epoch_padded,
             world.world_size,
         )
 
@@ -127,12 +113,14 @@ class EpochPlan:
         chunks: The samples of ``mine``'s batches in fetch order, cut into the pieces
             fetched at once (one read group each, so a block is requested once).
         padded: Samples the rank's share repeats to even out the ranks.
+        epoch_padded: Samples the epoch repeats over all ranks (fewer than the ranks).
     """
 
     batches: list[np.ndarray]
     mine: list[int]
     chunks: list[np.ndarray]
     padded: int = 0
+    epoch_padded: int = 0
 
     def wanted(self) -> list[np.ndarray]:
         """The sample ids of this worker's batches, in delivery order."""
@@ -179,7 +167,7 @@ def plan_epoch(
     else:
         stream = np.concatenate([batches[b] for b in mine]) if mine else np.zeros(0, np.int64)
         chunks = [stream[i : i + group_samples] for i in range(0, len(stream), group_samples)]
-    return EpochPlan(batches, mine, chunks, share.padded)
+    return EpochPlan(batches, mine, chunks, share.padded, share.epoch_padded)
 
 
 def chunks_covering(chunks: list[np.ndarray], ids: np.ndarray) -> int:
