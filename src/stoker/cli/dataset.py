@@ -14,7 +14,7 @@ from stoker.cli.common import handle_errors
 from stoker.cli.common import storage_options as _storage
 from stoker.core.units import format_bytes
 from stoker.format.reader import open_dataset
-from stoker.format.spec import DEFAULT_MAX_PIXELS
+from stoker.format.spec import DEFAULT_MAX_PIXELS, MAX_PREFIXES
 from stoker.pack.indexer import index_webdataset
 from stoker.pack.packer import DEFAULT_SHARD_BYTES, PackConfig, pack
 from stoker.pack.reencode import ImagePolicy
@@ -104,6 +104,14 @@ def parse_size(text: str) -> int:
     show_default=True,
     help="Stop at the first bad input, or skip it and record why in the manifest.",
 )
+@click.option(
+    "--prefixes",
+    type=click.IntRange(1, MAX_PREFIXES),
+    default=1,
+    show_default=True,
+    help="Spread shards over this many key prefixes (00/, 40/, ...): each S3 prefix "
+    "serves a limited number of requests per second.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option("--no-progress", is_flag=True, help="Do not show the progress bar.")
 @click.pass_context
@@ -123,6 +131,7 @@ def pack_command(
     workers: int,
     engine: str,
     on_error: str,
+    prefixes: int,
     as_json: bool,
     no_progress: bool,
 ) -> None:
@@ -145,6 +154,7 @@ def pack_command(
         workers=workers,
         engine=engine,  # type: ignore[arg-type]
         on_error=on_error,  # type: ignore[arg-type]
+        prefixes=prefixes,
     )
     show = not no_progress and not as_json and sys.stderr.isatty()
     bar = Progress(

@@ -20,9 +20,40 @@ _KEY = re.compile(r"^[^./][^.]*$")
 _UNSAFE_KEY = re.compile(r"[\\\x00-\x1f\x7f]|^[A-Za-z]:")
 
 
+#: Most key prefixes a dataset's shards may be spread over (three hex digits' worth).
+MAX_PREFIXES = 4096
+
+
 def shard_name(index: int) -> str:
     """Object name of shard number ``index``: ``shard-000000.tar``."""
     return f"shard-{index:06d}.tar"
+
+
+def prefix_labels(prefixes: int) -> list[str]:
+    """The folder names shards are spread over: none for 1, else ``prefixes`` hex labels.
+
+    Labels are evenly spaced over the hex key space (4 gives ``00 40 80 c0``), at least two
+    digits wide, so that neighbouring prefixes differ in their first character where they
+    can and S3 can split them into partitions of their own.
+    """
+    if not 1 <= prefixes <= MAX_PREFIXES:
+        raise ValueError(f"prefixes must be between 1 and {MAX_PREFIXES}, got {prefixes}")
+    if prefixes == 1:
+        return []
+    width = max(2, ((prefixes - 1).bit_length() + 3) // 4)
+    return [f"{p * 16**width // prefixes:0{width}x}" for p in range(prefixes)]
+
+
+def shard_key(index: int, *, prefixes: int = 1) -> str:
+    """Key of shard number ``index`` in a dataset spread over ``prefixes`` prefixes.
+
+    With one prefix, the flat name (``shard-000005.tar``); with more, shard ``n`` goes
+    under label ``n % prefixes`` of :func:`prefix_labels` (``40/shard-000005.tar`` of 4),
+    so every prefix holds the same number of shards, give or take one.
+    """
+    labels = prefix_labels(prefixes)
+    name = shard_name(index)
+    return f"{labels[index % prefixes]}/{name}" if labels else name
 
 
 def check_key(key: str) -> None:

@@ -32,8 +32,10 @@ from stoker.format.index import DatasetIndex, write_index
 from stoker.format.spec import (
     IMAGE_FIELDS,
     MANIFEST_NAME,
+    MAX_PREFIXES,
     PACK_STATE_DIR,
     normalise_extension,
+    shard_key,
     shard_name,
 )
 from stoker.format.writer import SampleRecord, ShardRecord, ShardWriter
@@ -62,6 +64,8 @@ class PackConfig:
         engine: ``"local"`` threads, or ``"ray"`` tasks that each write whole shards.
         on_error: ``"raise"`` stops at the first bad input, naming it; ``"skip"`` leaves it
             out and records it, with the reason, in the manifest and the report.
+        prefixes: Key prefixes the shards are spread over (``40/shard-000001.tar``), so
+            that reads can pass one S3 prefix's request limit; 1 keeps them flat.
     """
 
     max_shard_bytes: int = DEFAULT_SHARD_BYTES
@@ -72,8 +76,11 @@ class PackConfig:
     shards_in_flight: int = 2
     engine: Literal["local", "ray"] = "local"
     on_error: Literal["raise", "skip"] = "raise"
+    prefixes: int = 1
 
     def __post_init__(self) -> None:
+        if not 1 <= self.prefixes <= MAX_PREFIXES:
+            raise ValueError(f"prefixes must be between 1 and {MAX_PREFIXES}, got {self.prefixes}")
         if self.workers < 1 or self.shards_in_flight < 1:
             raise ValueError("workers and shards_in_flight must be >= 1")
         if self.engine not in ("local", "ray"):
@@ -83,7 +90,9 @@ class PackConfig:
 
     def output_params(self) -> dict[str, Any]:
         """The parameters that change the bytes written (part of the plan id)."""
-        return {"images": asdict(self.images)}
+        # One prefix adds nothing, so plans and manifests of flat packs stay as they were.
+        spread = {"prefixes": self.prefixes} if self.prefixes > 1 else {}
+        return {"images": asdict(self.images), **spread}
 
 
 @dataclass(slots=True, kw_only=True)
@@ -230,7 +239,7 @@ def write_one_shard(
 
     own_pool = read_pool is None
     pool = read_pool or ThreadPoolExecutor(config.workers, thread_name_prefix="stoker-pack")
-    writer = ShardWriter(store, shard_name(number))
+    writer = ShardWriter(store, shard_key(number, prefixes=config.prefixes))
     skipped: list[dict[str, str]] = []
     fields: dict[str, int] = {}
     bytes_in = 0
