@@ -5,15 +5,19 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
+from stoker import CacheConfig
 from stoker.cli.main import cli
 from stoker.errors import SourceError, StokerError
 from stoker.format.reader import open_dataset
 from stoker.format.spec import MAX_PREFIXES, prefix_labels, shard_key
 from stoker.pack.packer import PackConfig, pack
+from stoker.pipeline.loader import Loader
+from stoker.pipeline.transforms import RandomResizedCrop
 from stoker.testing.images import write_image_folder
 
 
@@ -131,3 +135,42 @@ def test_an_interrupted_spread_pack_resumes(tmp_path: Path) -> None:
         tmp_path / "src"
     )
     assert dataset.verify().ok
+
+
+def test_loader_and_disk_cache_read_a_spread_dataset(s3_bucket, tmp_path: Path) -> None:
+    """Every sample once per epoch over 4 prefixes on S3; epoch 2 comes from the disk cache."""
+    write_image_folder(tmp_path / "src", files=48, classes=2, width=64, height=48)
+    options = s3_bucket.options()
+    url = f"{s3_bucket.url}/ds"
+    config = PackConfig(samples_per_shard=6, prefixes=4)
+    pack(tmp_path / "src", url, config=config, storage_options=options)
+    settings: dict[str, Any] = {
+        "batch_size": 8,
+        "transform": RandomResizedCrop(8),
+        "cache": CacheConfig(dir=tmp_path / "cache"),
+        "storage_options": options,
+    }
+    with Loader(url, **settings) as loader:
+        first = [k for batch in loader for k in batch["key"]]
+        cold = loader.stats().requests["requests.get"]
+        loader.set_epoch(1)
+        second = [k for batch in loader for k in batch["key"]]
+        warm = loader.stats()
+    assert sorted(first) == sorted(second) == sorted(_originals(tmp_path / "src"))
+    assert warm.requests["requests.get"] == cold
+    assert warm.disk_cache["cache.hits"] > 0
+
+
+def test_stoker_index_reads_shards_under_prefixes(tmp_path: Path) -> None:
+    """`stoker index` finds tars in prefix folders, and names them by their full keys."""
+    write_image_folder(tmp_path / "src", files=20, classes=2)
+    pack(tmp_path / "src", tmp_path / "ds", config=PackConfig(samples_per_shard=5, prefixes=4))
+    for name in ("index.json", "index.bin"):
+        (tmp_path / "ds" / name).unlink()
+    result = CliRunner().invoke(cli, ["index", str(tmp_path / "ds")])
+    assert result.exit_code == 0, result.output
+    dataset = open_dataset(tmp_path / "ds")
+    assert sorted(s.name for s in dataset.shards) == [shard_key(n, prefixes=4) for n in range(4)]
+    assert {s["key"]: s["jpg"] for s in dataset.read_many(range(20))} == _originals(
+        tmp_path / "src"
+    )
