@@ -12,7 +12,8 @@ Client-to-server bytes are HTTP/1.1 requests, not pipelined.  Only their heads a
 (bodies are counted by ``Content-Length`` or chunked framing), so that a request can be
 answered with an S3 ``503 SlowDown``, a ``500 InternalError`` or a TCP reset instead, or
 forwarded with its response reset, truncated or stalled part-way (:mod:`stoker.testing.faults`
-describes each kind).
+describes each kind).  A per-prefix rate limit can throttle as S3 does: requests beyond
+N per second and prefix are answered ``503 SlowDown`` (:mod:`stoker.testing.ratelimit`).
 
 The link lives in :mod:`stoker.testing.link`, each connection in :mod:`stoker.testing.relay`.
 Run it as ``python -m stoker.testing.netproxy --upstream 127.0.0.1:8333 --rtt-ms 20``.
@@ -32,6 +33,7 @@ from types import FrameType
 
 from stoker.testing.faults import FAULT_KINDS, FaultConfig, FaultPolicy
 from stoker.testing.link import Link, LinkConfig, parse_rate
+from stoker.testing.ratelimit import PrefixRateLimiter, RateLimitConfig
 from stoker.testing.relay import ProxyState, ProxyStats, Relay
 
 __all__ = [
@@ -40,6 +42,7 @@ __all__ = [
     "LinkConfig",
     "NetProxy",
     "ProxyStats",
+    "RateLimitConfig",
     "main",
     "parse_rate",
 ]
@@ -72,6 +75,8 @@ class NetProxy:
         upstream_port: Port of the real server.
         link: Delay and bandwidth of the emulated link.
         faults: Initial fault injection; change it with `set_faults`.
+        rate_limit: Requests admitted per second and prefix, if limited; change it with
+            `set_rate_limit`.
         listen_host: Address to listen on.
         listen_port: Port to listen on; 0 picks a free one (see `port`).
 
@@ -86,6 +91,7 @@ class NetProxy:
         *,
         link: LinkConfig = _DEFAULT_LINK,
         faults: FaultConfig = _DEFAULT_FAULTS,
+        rate_limit: RateLimitConfig | None = None,
         listen_host: str = "127.0.0.1",
         listen_port: int = 0,
     ) -> None:
@@ -100,6 +106,7 @@ class NetProxy:
             up_link=Link(link.bandwidth_bytes_s),
             down_link=Link(link.bandwidth_bytes_s),
             policy=FaultPolicy(faults),
+            limiter=PrefixRateLimiter(rate_limit) if rate_limit is not None else None,
         )
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -163,6 +170,22 @@ class NetProxy:
         The random generator restarts from faults.seed.
         """
         self._state.policy = FaultPolicy(faults)  # one reference swap: atomic
+
+    def set_rate_limit(self, rate_limit: RateLimitConfig | None) -> None:
+        """Replace the per-prefix rate limit (None: none), from any thread; its buckets and
+        per-prefix counts start afresh."""
+        self._state.limiter = PrefixRateLimiter(rate_limit) if rate_limit is not None else None
+
+    def prefix_counts(self) -> dict[str, tuple[int, int]]:
+        """Requests admitted and throttled by the rate limit, per ``BUCKET/PREFIX``."""
+        limiter = self._state.limiter
+        if limiter is None:
+            return {}
+        with limiter.lock:
+            names = set(limiter.admitted) | set(limiter.throttled)
+            return {
+                n: (limiter.admitted.get(n, 0), limiter.throttled.get(n, 0)) for n in sorted(names)
+            }
 
     def __enter__(self) -> NetProxy:
         self.start()
@@ -242,6 +265,8 @@ def main(argv: list[str] | None = None) -> int:
     add("--fault-paths", help="fault only request-targets that contain this")
     add("--fault-methods", type=_names, help="fault only these methods, e.g. GET,PUT")
     add("--retry-after", type=int, default=faults.retry_after_s, help="Retry-After of 503/500, s")
+    add("--prefix-rate", type=float, help="admit this many requests/s per prefix, 503 beyond")
+    add("--prefix-depth", type=int, default=1, help="key path segments that make a prefix")
     args = parser.parse_args(argv)
     host, port = args.upstream
     listen = {"listen_host": args.listen[0], "listen_port": args.listen[1]} if args.listen else {}
@@ -258,7 +283,12 @@ def main(argv: list[str] | None = None) -> int:
             fault_methods=methods,
             retry_after_s=args.retry_after,
         )
-        proxy = NetProxy(host, port, link=link, faults=faults, **listen)
+        rate_limit = (
+            RateLimitConfig(requests_per_s=args.prefix_rate, prefix_depth=args.prefix_depth)
+            if args.prefix_rate is not None
+            else None
+        )
+        proxy = NetProxy(host, port, link=link, faults=faults, rate_limit=rate_limit, **listen)
     except ValueError as exc:
         parser.error(str(exc))
     stop = threading.Event()

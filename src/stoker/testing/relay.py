@@ -26,6 +26,7 @@ from stoker.testing.faults import (
     error_response,
 )
 from stoker.testing.link import Action, Channel, Link, LinkConfig
+from stoker.testing.ratelimit import PrefixRateLimiter
 
 __all__ = ["ProxyState", "ProxyStats", "Relay"]
 
@@ -42,8 +43,9 @@ class ProxyStats:
 
     Attributes:
         connections: Client connections accepted.
-        requests: HTTP requests seen from clients: forwarded plus faulted.
+        requests: HTTP requests seen from clients: forwarded plus faulted plus throttled.
         forwarded: Requests forwarded to the upstream server untouched.
+        throttled: Requests the per-prefix rate limit answered ``503 SlowDown``.
         faults: Requests faulted, by fault kind (response faults are forwarded too, but
             counted here and not in ``forwarded``).
         bytes_up: Bytes read from clients.
@@ -53,6 +55,7 @@ class ProxyStats:
     connections: int = 0
     requests: int = 0
     forwarded: int = 0
+    throttled: int = 0
     faults: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FAULT_KINDS, 0))
     bytes_up: int = 0
     bytes_down: int = 0
@@ -73,6 +76,7 @@ class ProxyState:
         up_link: The client-to-server direction of the link, shared by all connections.
         down_link: The server-to-client direction.
         policy: The fault injection; `NetProxy.set_faults` replaces it whole.
+        limiter: The per-prefix rate limit, if any; `NetProxy.set_rate_limit` replaces it.
         stats: The counters.
         lock: Guards the request counters in ``stats``.
         relays: The open connections.
@@ -83,12 +87,21 @@ class ProxyState:
     up_link: Link
     down_link: Link
     policy: FaultPolicy
+    limiter: PrefixRateLimiter | None = None
     stats: ProxyStats = field(default_factory=ProxyStats)
     lock: threading.Lock = field(default_factory=threading.Lock)
     relays: set[Relay] = field(default_factory=set)
 
     def decide(self, method: str, target: str) -> str | None:
-        """Choose the fault for a request (None: forward it), and count the request."""
+        """Choose the fault for a request (None: forward it), and count the request.
+
+        A request over its prefix's rate limit is answered "503" (SlowDown)."""
+        limiter = self.limiter
+        if limiter is not None and not limiter.admit(target):
+            with self.lock:
+                self.stats.requests += 1
+                self.stats.throttled += 1
+            return "503"
         kind = self.policy.choose(method, target)
         with self.lock:
             self.stats.requests += 1
