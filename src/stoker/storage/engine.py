@@ -22,6 +22,8 @@ from collections.abc import Awaitable, Coroutine
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
+from stoker.storage.shaping import Shapers
+
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -47,6 +49,8 @@ class IOEngine:
         self.max_in_flight = max_in_flight
         self._loop = asyncio.new_event_loop()
         self._slots = asyncio.Semaphore(max_in_flight)
+        #: The request-rate shapers of every prefix the engine's stores send to.
+        self.shapers = Shapers()
         self._pending: set[asyncio.Future[Any]] = set()
         self._closed = False
         self._draining = False

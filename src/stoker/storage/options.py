@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 from stoker.storage.retry import RetryPolicy
+from stoker.storage.shaping import ShapingPolicy
 
 AddressingStyle = Literal["auto", "path", "virtual"]
 
@@ -54,6 +55,10 @@ class StorageOptions:
         multipart_threshold_bytes: Objects at least this large are uploaded in parts and
             downloaded as concurrent ranged GETs.
         retry: Retry policy.
+        max_requests_per_s: Most requests per second to send to one prefix of the store
+            (``stoker.storage.shaping`` says what a prefix is), shared by every store of
+            the process; None: no fixed cap (the rate still adapts to throttling).
+        shaping: How the request rate of a prefix adapts to throttling (503 SlowDown, 429).
         extra: Further obstore configuration keys, passed through unchanged (for GCS and
             Azure, e.g. ``{"google_service_account": "/path/key.json"}``).
     """
@@ -73,6 +78,8 @@ class StorageOptions:
     part_size_bytes: int = 8 * 1024 * 1024
     multipart_threshold_bytes: int = 32 * 1024 * 1024
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    max_requests_per_s: float | None = None
+    shaping: ShapingPolicy = field(default_factory=ShapingPolicy)
     extra: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -89,6 +96,8 @@ class StorageOptions:
             raise ValueError("multipart_threshold_bytes must be >= part_size_bytes")
         if self.timeout_s <= 0 or self.connect_timeout_s <= 0:
             raise ValueError("timeouts must be > 0")
+        if self.max_requests_per_s is not None and not self.max_requests_per_s > 0:
+            raise ValueError(f"max_requests_per_s must be > 0, got {self.max_requests_per_s}")
         if self.endpoint_url is not None and "://" not in self.endpoint_url:
             raise ValueError(
                 f"endpoint_url must be a URL such as https://host:port, got {self.endpoint_url!r}"
@@ -120,4 +129,6 @@ class StorageOptions:
             values[name] = value
         if isinstance(values.get("retry"), Mapping):
             values["retry"] = RetryPolicy(**values["retry"])
+        if isinstance(values.get("shaping"), Mapping):
+            values["shaping"] = ShapingPolicy(**values["shaping"])
         return cls(**values)

@@ -1,7 +1,8 @@
 """ObstoreStore: the Store for S3, GCS, Azure and local paths, built on obstore.
 
 All requests run on the process's I/O engine (one asyncio loop in a background thread),
-bounded by its in-flight limit, retried by :mod:`stoker.storage.retry` and counted in
+bounded by its in-flight limit, paced by the rate shaper of their prefix
+(:mod:`stoker.storage.shaping`), retried by :mod:`stoker.storage.retry` and counted in
 :attr:`ObstoreStore.counters`. obstore's exceptions are mapped to stoker's tree with the
 object's URL in the message.
 """
@@ -32,6 +33,7 @@ from stoker.storage.engine import IOEngine, default_engine
 from stoker.storage.options import StorageOptions
 from stoker.storage.retry import RETRYABLE, ShortBodyError, call_with_retries, classify
 from stoker.storage.s3 import NativeConfig
+from stoker.storage.shaping import PrefixShaper, prefix_of
 from stoker.storage.url import StorageUrl
 
 T = TypeVar("T")
@@ -114,6 +116,8 @@ class ObstoreStore(BlockingForms):
         self._engine = engine or default_engine()
         self._counters = Counters()
         self._ranged_first = url.scheme != "file"
+        self._shapers: dict[str, PrefixShaper] = {}
+        self._reported_rate = 0  # what counters["shaping.rate_per_s"] holds now
 
     @property
     def url(self) -> str:
@@ -142,11 +146,47 @@ class ObstoreStore(BlockingForms):
 
     # -- the request wrapper ---------------------------------------------------------------
 
+    def _shaper(self, path: str) -> PrefixShaper:
+        prefix = prefix_of(self._url.prefix if self._url.scheme != "file" else "", path)
+        shaper = self._shapers.get(prefix)
+        if shaper is None:
+            key = (self._endpoint, self._url.bucket or self._url.prefix, prefix)
+            shaper = self._engine.shapers.get(
+                key, policy=self._options.shaping, cap=self._options.max_requests_per_s
+            )
+            self._shapers[prefix] = shaper
+        return shaper
+
+    def _report(self, shaper: PrefixShaper) -> None:
+        # shaping.rate_per_s is a level, not a total: the rate of the prefix last used.
+        rate = shaper.rate
+        level = 0 if rate is None else max(1, round(rate))
+        if level != self._reported_rate:
+            self._counters.add("shaping.rate_per_s", level - self._reported_rate)
+            self._reported_rate = level
+
     async def _request(self, op: str, path: str, attempt: Callable[[], Awaitable[T]]) -> T:
+        shaper = self._shaper(path)
+
         async def one_attempt() -> T:
+            sent_at, waited_s = await shaper.acquire()
+            if waited_s > 0:
+                self._counters.add("shaping.waits")
+                self._counters.add("shaping.wait_ms", round(waited_s * 1000))
             async with self._engine.slot():
                 self._counters.add(f"requests.{op}")
-                return await self._engine.track(attempt())
+                try:
+                    result = await self._engine.track(attempt())
+                except Exception as exc:
+                    if classify(exc) == "throttle":
+                        shaper.throttled(sent_at)
+                    else:
+                        shaper.succeeded()  # the server answered: it was not over its limit
+                    self._report(shaper)
+                    raise
+                shaper.succeeded()
+                self._report(shaper)
+                return result
 
         try:
             return await call_with_retries(

@@ -1,0 +1,242 @@
+"""Client-side request-rate shaping: an adaptive token bucket per (endpoint, bucket, prefix).
+
+S3 partitions a bucket by key prefix and serves each partition a limited number of requests
+per second (about 5,500 GETs on AWS, far fewer on many S3-compatible stores); beyond it, it
+answers ``503 SlowDown`` (some stores ``429``). Retrying each throttled request on its own
+leaves the rate where it was, so many workers stampede one prefix and half their requests
+are wasted. Instead every request of the process draws a token from the bucket of its
+prefix, and the bucket's rate adapts, as the AWS SDKs' "adaptive" retry mode does:
+
+* **Unbounded until the first throttle.** A store that never throttles costs nothing.
+* **Multiplicative decrease.** A throttle sets the rate to ``decrease_factor`` times the
+  rate in force (the first time: times the rate the server admitted over the last second).
+  Only a request sent after the last decrease can decrease it again, so the burst of
+  throttles one overshoot causes counts as one signal.
+* **Increase.** After the first decrease the rate doubles every second (a slow start,
+  since the first estimate is rough) until the next throttle; from then on it grows
+  additively, by ``(1 - decrease_factor)`` of the rate at the last throttle every
+  ``recovery_s``, with a random factor in [0.75, 1.25] drawn at each decrease so that
+  processes sharing a prefix fall out of step. It does not grow past twice the rate the
+  server admitted over the last second (a client that asks for less keeps its learned
+  rate, but does not inflate it).
+* A fixed cap (``StorageOptions.max_requests_per_s``) bounds the rate from the start.
+
+**Prefix.** S3 splits partitions at key prefixes, and datasets are laid out as one directory
+per dataset (or per hashed shard prefix), so the prefix here is the store's root plus the
+first path segment of the key below it: for a store at ``s3://b/datasets/imagenet``, the key
+``train/shard-0001.tar`` belongs to ``datasets/imagenet/train`` and ``index.json`` to
+``datasets/imagenet``.
+
+**Processes on one node** each adapt on their own; what each learns is not shared (see
+docs/reliability.md for the measurement that showed this converges: 2 and 8 processes on
+one prefix stay well under 10 % throttled requests).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+logger = logging.getLogger(__name__)
+
+_WINDOW_S = 1.0  # the window the admitted rate is measured over
+_MAX_SLEEP_S = 0.05  # a waiter re-reads the rate at least this often
+_MIN_ESTIMATE_S = 0.1  # the first estimate of the admitted rate is over at least this long
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShapingPolicy:
+    """How the request rate of a prefix adapts to throttling.
+
+    Attributes:
+        adaptive: Adapt the rate to throttles; False leaves only the fixed cap
+            (``StorageOptions.max_requests_per_s``), if any.
+        decrease_factor: A throttle multiplies the rate by this.
+        recovery_s: Time the additive increase takes to win back what one decrease took.
+        min_requests_per_s: The rate never drops below this.
+        burst_s: The bucket holds this many seconds' worth of tokens (at least one), so
+            requests are paced rather than sent in bursts.
+    """
+
+    adaptive: bool = True
+    decrease_factor: float = 0.7
+    recovery_s: float = 2.0
+    min_requests_per_s: float = 1.0
+    burst_s: float = 0.05
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.decrease_factor < 1.0:
+            raise ValueError(f"decrease_factor must be in (0, 1), got {self.decrease_factor}")
+        if self.recovery_s <= 0 or self.min_requests_per_s <= 0 or self.burst_s < 0:
+            raise ValueError(
+                "recovery_s and min_requests_per_s must be > 0 and burst_s >= 0, got "
+                f"{self.recovery_s}, {self.min_requests_per_s}, {self.burst_s}"
+            )
+
+
+def prefix_of(root: str, key: str) -> str:
+    """The prefix a request for ``key`` counts against: ``root`` plus the key's first
+    path segment when the key has a directory (see the module docstring)."""
+    root = root.strip("/")
+    key = key.strip("/")
+    head, sep, _ = key.partition("/")
+    first = head if sep else ""
+    if root and first:
+        return f"{root}/{first}"
+    return root or first
+
+
+class PrefixShaper:
+    """The adaptive token bucket of one prefix; used from one event loop.
+
+    Args:
+        policy: How the rate adapts.
+        cap: Fixed most requests per second; None for none.
+        clock: Monotonic clock in seconds (tests pass a fake one).
+        rng: Jitter source.
+    """
+
+    def __init__(
+        self,
+        *,
+        policy: ShapingPolicy,
+        cap: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.policy = policy
+        self.cap = cap
+        self.throttles = 0
+        self.waits = 0
+        self.wait_s = 0.0
+        self._clock = clock
+        self._rng = rng or random.Random()
+        self._rate: float | None = None  # the adaptive rate; None until the first throttle
+        self._slow_start = False
+        self._increase_per_s = 0.0
+        self._last_decrease = -float("inf")
+        self._last_update = 0.0
+        self._last_throttled_rate = 0.0
+        self._started = clock()
+        self._tokens = 1.0
+        self._last_refill = clock()
+        self._admitted: collections.deque[float] = collections.deque()
+        self._lock = asyncio.Lock()
+
+    @property
+    def rate(self) -> float | None:
+        """The requests per second allowed now (None: unbounded)."""
+        if self._rate is None:
+            return self.cap
+        return self._rate if self.cap is None else min(self._rate, self.cap)
+
+    def admitted_per_s(self) -> float:
+        """Requests that succeeded over the last second, per second."""
+        self._expire(self._clock())
+        return len(self._admitted) / _WINDOW_S
+
+    def _expire(self, now: float) -> None:
+        while self._admitted and self._admitted[0] < now - _WINDOW_S:
+            self._admitted.popleft()
+
+    async def acquire(self) -> tuple[float, float]:
+        """Wait for a token; return the time the request may be sent (for :meth:`throttled`)
+        and the seconds waited."""
+        start = self._clock()
+        if self.rate is None:
+            return start, 0.0
+        async with self._lock:
+            while True:
+                now = self._clock()
+                rate = self.rate
+                if rate is None:
+                    break
+                capacity = max(1.0, rate * self.policy.burst_s)
+                self._tokens = min(capacity, self._tokens + (now - self._last_refill) * rate)
+                self._last_refill = now
+                if self._tokens >= 1.0:
+                    self._tokens -= 1.0
+                    break
+                await asyncio.sleep(min((1.0 - self._tokens) / rate, _MAX_SLEEP_S))
+        waited = now - start
+        if waited > 0:
+            self.waits += 1
+            self.wait_s += waited
+        return now, waited
+
+    def succeeded(self) -> None:
+        """Count a request the server served (any answer but a throttle)."""
+        now = self._clock()
+        self._admitted.append(now)
+        self._expire(now)
+        if self._rate is None:
+            return
+        elapsed = now - self._last_update
+        self._last_update = now
+        if self._rate > 2.0 * len(self._admitted) / _WINDOW_S:
+            return  # the client asks for less than it may: keep the rate, do not inflate it
+        if self._slow_start:
+            self._rate *= 2.0**elapsed
+        else:
+            self._rate += self._increase_per_s * elapsed
+            # Back where it was throttled, and no throttle since: probe faster for more (a
+            # neighbour may have gone).
+            self._slow_start = self._rate >= self._last_throttled_rate
+
+    def throttled(self, sent_at: float) -> None:
+        """Count a throttled request sent at ``sent_at`` (from :meth:`acquire`); decrease
+        the rate if it was sent after the last decrease."""
+        self.throttles += 1
+        if not self.policy.adaptive or sent_at < self._last_decrease:
+            return
+        now = self._clock()
+        self._expire(now)
+        policy = self.policy
+        first = self._rate is None
+        if first:
+            # A rough estimate (a burst may have just been admitted); slow start mends it.
+            seen_s = min(_WINDOW_S, max(now - self._started, _MIN_ESTIMATE_S))
+            base = len(self._admitted) / seen_s
+            self._slow_start = True
+            self._tokens, self._last_refill = 0.0, now
+        else:
+            base = self.rate or 0.0
+            self._slow_start = False
+        self._last_throttled_rate = base
+        self._rate = max(policy.min_requests_per_s, base * policy.decrease_factor)
+        jitter = self._rng.uniform(0.75, 1.25)
+        self._increase_per_s = base * (1.0 - policy.decrease_factor) / policy.recovery_s * jitter
+        self._last_decrease = self._last_update = now
+        logger.debug("throttled: request rate now %.1f/s", self._rate)
+        if first:
+            logger.info("throttled by the store: shaping requests, %.1f/s to start", self._rate)
+
+
+ShaperKey = tuple[str, str, str]
+
+
+class Shapers:
+    """The process's prefix shapers, keyed by (endpoint, bucket, prefix); an I/O engine owns
+    one (:attr:`stoker.storage.engine.IOEngine.shapers`), so every store on it shares them."""
+
+    def __init__(self) -> None:
+        self._shapers: dict[ShaperKey, PrefixShaper] = {}
+
+    def get(self, key: ShaperKey, *, policy: ShapingPolicy, cap: float | None) -> PrefixShaper:
+        """The shaper of ``key``, made with ``policy`` on first use. A cap lowers the
+        shaper's cap (the lowest any store of the process gave holds)."""
+        shaper = self._shapers.get(key)
+        if shaper is None:
+            shaper = self._shapers[key] = PrefixShaper(policy=policy, cap=cap)
+        elif cap is not None and (shaper.cap is None or cap < shaper.cap):
+            shaper.cap = cap
+        return shaper
+
+    def snapshot(self) -> dict[ShaperKey, tuple[int, float | None]]:
+        """Each shaper's throttles and current rate (None: unbounded)."""
+        return {key: (s.throttles, s.rate) for key, s in list(self._shapers.items())}
