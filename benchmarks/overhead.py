@@ -19,7 +19,8 @@ checking the tar members, fetch scheduling, thread hand-offs, batch arrays, coll
 
 ``--against SRC`` runs every method a second time with the stoker under ``SRC`` (another
 checkout's ``src/``), alternating with this one's in every round, and adds its rows and
-the ratio of the two: a change that should leave speed alone is checked in one run.
+the ratio of the two: a change that should leave speed alone is checked in one run. Which
+tree runs first alternates by round (ABBA), so use an even number of rounds.
 
 Writes benchmarks/out/overhead.json and benchmarks/out/overhead.md.
 """
@@ -137,8 +138,10 @@ def main() -> int:
         f"{method}@{tree}": [] for tree in trees for method in METHODS
     }
     for round_number in range(args.rounds):
+        # ABBA: which tree goes first alternates by round, so drift and order cancel out.
+        ordered = list(trees.items())[:: -1 if round_number % 2 else 1]
         for method in METHODS:
-            for tree, src in trees.items():
+            for tree, src in ordered:
                 result = run_one(url, method, src)
                 runs[f"{method}@{tree}"].append(result)
                 print(
@@ -155,7 +158,7 @@ def main() -> int:
         f" + flip, local disk, {os.cpu_count()} CPUs, median of {args.rounds} rounds"
     )
     if args.against is not None:
-        title += f"; 'against' is {args.against}, run alternately with this checkout"
+        title += f"; 'against' is {args.against}, alternating with this checkout (ABBA)"
     lines = [title, "", "| method | tree | ms CPU per image | overhead | images/s |"]
     lines.append("| --- | --- | ---: | ---: | ---: |")
     summary: dict[str, Any] = {"images": args.images, "rounds": args.rounds, "runs": runs}
