@@ -48,7 +48,7 @@ def test_pack_tfrecord_from_reference_writer(s3_bucket, tmp_path: Path) -> None:
         f"{s3_bucket.url}/tf",
         f"{s3_bucket.url}/ds",
         storage_options=options,
-        config=PackConfig(samples_per_shard=5),
+        config=PackConfig(samples_per_shard=5, shuffle_seed=None),  # compared in input order
     )
     assert (report.source_format, report.samples, report.shards) == ("tfrecord", 12, 3)
     dataset = open_dataset(f"{s3_bucket.url}/ds", storage_options=options)
@@ -64,7 +64,7 @@ def test_pack_hdf5_pixels_and_encoded(tmp_path: Path) -> None:
         f["images"] = pixels
         f["labels"] = np.arange(6) % 2
         f.attrs["class_names"] = ["even", "odd"]
-    report = pack(tmp_path / "data.h5", tmp_path / "ds")
+    report = pack(tmp_path / "data.h5", tmp_path / "ds", config=PackConfig(shuffle_seed=None))
     assert (report.source_format, report.samples) == ("hdf5", 6)
     dataset = open_dataset(tmp_path / "ds")
     assert dataset.class_names == ["even", "odd"]
@@ -84,7 +84,16 @@ def test_pack_webdataset_tars_with_resize(tmp_path: Path) -> None:
     _write_wds(tmp_path / "wds" / "b.tar", items[7:])
     result = CliRunner().invoke(
         cli,
-        ["pack", str(tmp_path / "wds"), str(tmp_path / "ds"), "--resize", "16", "--quality", "70"],
+        [
+            "pack",
+            str(tmp_path / "wds"),
+            str(tmp_path / "ds"),
+            "--resize",
+            "16",
+            "--quality",
+            "70",
+            "--keep-order",  # compared in input order
+        ],
     )
     assert result.exit_code == 0, result.output
     assert "as webdataset" in result.output
@@ -100,7 +109,7 @@ def test_pack_csv_list_with_class_names(tmp_path: Path) -> None:
         (tmp_path / "img" / f"{i}.jpg").write_bytes(jpeg)
         rows.append(f"img/{i}.jpg,{'cat' if i % 2 else 'dog'}")
     (tmp_path / "list.csv").write_text("\n".join(rows) + "\n")
-    report = pack(tmp_path / "list.csv", tmp_path / "ds")
+    report = pack(tmp_path / "list.csv", tmp_path / "ds", config=PackConfig(shuffle_seed=None))
     assert report.source_format == "list"
     dataset = open_dataset(tmp_path / "ds")
     assert dataset.class_names == ["cat", "dog"]

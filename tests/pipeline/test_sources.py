@@ -26,7 +26,9 @@ SMALL = OrderConfig(block_size=4, group_blocks=3)
 
 def _pack(root: Path, name: str, files: int, per_shard: int = 10) -> str:
     write_image_folder(root / f"{name}-src", files=files, classes=3, width=40, height=32)
-    pack(root / f"{name}-src", root / name, config=PackConfig(samples_per_shard=per_shard))
+    # In the input's order: windows are runs of consecutive frames.
+    config = PackConfig(samples_per_shard=per_shard, shuffle_seed=None)
+    pack(root / f"{name}-src", root / name, config=config)
     return str(root / name)
 
 
@@ -155,7 +157,7 @@ def test_a_window_shares_one_augmentation(tmp_path: Path) -> None:
     (image,) = (tmp_path / "src").rglob("*.jpg")
     for n in range(1, 12):
         (image.parent / f"copy_{n:03d}.jpg").write_bytes(image.read_bytes())
-    pack(tmp_path / "src", tmp_path / "ds")
+    pack(tmp_path / "src", tmp_path / "ds", config=PackConfig(shuffle_seed=None))
     with Loader(
         SourceConfig(str(tmp_path / "ds"), window=WindowConfig(size=4)),
         batch_size=3,
@@ -219,3 +221,10 @@ def test_a_side_table_of_the_wrong_length_is_refused(frames: str, tmp_path: Path
 def test_several_datasets_need_a_mix(two: tuple[str, str]) -> None:
     with pytest.raises(ValueError, match="mix="):
         Loader(list(two), batch_size=2)
+
+
+def test_windows_over_a_shuffled_pack_are_refused(tmp_path: Path) -> None:
+    write_image_folder(tmp_path / "src", files=12, classes=2, width=24, height=20)
+    pack(tmp_path / "src", tmp_path / "ds")  # shuffled, by default
+    with pytest.raises(ValueError, match="--keep-order"):
+        Loader(SourceConfig(str(tmp_path / "ds"), window=WindowConfig(size=4)), batch_size=2)

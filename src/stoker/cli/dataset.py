@@ -13,12 +13,15 @@ from rich.table import Table
 from stoker.cli.common import handle_errors
 from stoker.cli.common import storage_options as _storage
 from stoker.core.units import format_bytes
-from stoker.format.reader import open_dataset
+from stoker.format.reader import ShardDataset, open_dataset
 from stoker.format.spec import DEFAULT_MAX_PIXELS, MAX_PREFIXES
 from stoker.pack.indexer import index_webdataset
 from stoker.pack.packer import DEFAULT_SHARD_BYTES, PackConfig, pack
 from stoker.pack.reencode import ImagePolicy
 from stoker.pack.sources import FORMATS
+from stoker.pipeline.plan import resolve_order
+from stoker.pipeline.quality import LabelMix, label_mix
+from stoker.pipeline.sources import DatasetSource
 
 
 def parse_size(text: str) -> int:
@@ -82,7 +85,18 @@ def parse_size(text: str) -> int:
     show_default=True,
     help="Refuse images declaring more pixels than this (decompression bombs).",
 )
-@click.option("--shuffle-seed", type=int, help="Pack in a seeded random order.")
+@click.option(
+    "--shuffle-seed",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Pack in the random order of this seed, so that batches mix classes.",
+)
+@click.option(
+    "--keep-order",
+    is_flag=True,
+    help="Pack in the input's order instead (for windows of consecutive records).",
+)
 @click.option(
     "--workers",
     type=click.IntRange(1, 1024),
@@ -127,7 +141,8 @@ def pack_command(
     max_side: int | None,
     quality: int | None,
     max_pixels: int,
-    shuffle_seed: int | None,
+    shuffle_seed: int,
+    keep_order: bool,
     workers: int,
     engine: str,
     on_error: str,
@@ -150,7 +165,7 @@ def pack_command(
             quality=quality,
             max_pixels=max_pixels,
         ),
-        shuffle_seed=shuffle_seed,
+        shuffle_seed=None if keep_order else shuffle_seed,
         workers=workers,
         engine=engine,  # type: ignore[arg-type]
         on_error=on_error,  # type: ignore[arg-type]
@@ -219,6 +234,7 @@ def inspect_command(ctx: click.Context, url: str, as_json: bool) -> None:
     names = dataset.class_names
     classes = {(names[k] if 0 <= k < len(names) else str(k)): v for k, v in sorted(counts.items())}
     total_bytes = sum(s.size for s in dataset.shards)
+    mix = _default_label_mix(dataset)
     summary = {
         "url": dataset.url,
         "samples": len(dataset),
@@ -228,6 +244,7 @@ def inspect_command(ctx: click.Context, url: str, as_json: bool) -> None:
         "classes": classes,
         "skipped": len(index.skipped),
         "packed_with": index.packed_with,
+        "label_mix": mix.to_dict(),
         "shard_table": [
             {"name": s.name, "samples": s.samples, "bytes": s.size, "sha256": s.sha256}
             for s in dataset.shards
@@ -246,6 +263,14 @@ def inspect_command(ctx: click.Context, url: str, as_json: bool) -> None:
     for name, count in classes.items():
         table.add_row(name, f"{count:,}")
     console.print(table)
+    if mix.batches:
+        console.print(
+            f"Label mix of the default order, batches of {LABEL_MIX_BATCH}: "
+            f"{mix.mean_distinct_labels:.1f} distinct labels per batch, "
+            f"{mix.distinct_ratio:.2f}x a uniform shuffle's {mix.uniform_distinct_labels:.1f}; "
+            f"label histogram {mix.mean_tv_distance:.2f} from the dataset's "
+            f"(a uniform shuffle: {mix.uniform_tv_distance:.2f}, total variation)"
+        )
     shards = Table("shard", "samples", "bytes", "sha256")
     for entry in dataset.shards[:50]:
         shards.add_row(
@@ -254,6 +279,18 @@ def inspect_command(ctx: click.Context, url: str, as_json: bool) -> None:
     console.print(shards)
     if len(dataset.shards) > 50:
         console.print(f"... and {len(dataset.shards) - 50} more shards (--json lists all)")
+
+
+#: Batch size at which `stoker inspect` measures the default order's label mix.
+LABEL_MIX_BATCH = 256
+
+
+def _default_label_mix(dataset: ShardDataset) -> LabelMix:
+    """How well the batches of the Loader's default order (epoch 0, one rank) mix labels."""
+    source = DatasetSource(dataset)
+    config = resolve_order(None, seed=0, units=source.units(), unit_bytes=source.unit_bytes())
+    order = source.epoch_order(config, 0)
+    return label_mix(dataset.index.label, [order.samples], batch_size=LABEL_MIX_BATCH)
 
 
 @click.command("verify")

@@ -58,7 +58,10 @@ class PackConfig:
         max_shard_bytes: Target shard size, cut by input bytes.
         samples_per_shard: Cut by sample count instead.
         images: Checking, resizing and re-encoding of images.
-        shuffle_seed: Pack in a seeded random order instead of the input's.
+        shuffle_seed: Pack the samples in the random order of this seed (recorded in the
+            index), so that every read group, and so every batch, mixes classes whatever the
+            order the input lists them in (class folders are sorted). None keeps the input's
+            order, which windows of consecutive records (video frames) need.
         workers: Samples read at once (threads; reads release the GIL).
         shards_in_flight: Shards built at once (each holds its bytes in memory).
         engine: ``"local"`` threads, or ``"ray"`` tasks that each write whole shards.
@@ -71,7 +74,7 @@ class PackConfig:
     max_shard_bytes: int = DEFAULT_SHARD_BYTES
     samples_per_shard: int | None = None
     images: ImagePolicy = field(default_factory=ImagePolicy)
-    shuffle_seed: int | None = None
+    shuffle_seed: int | None = 0
     workers: int = 32
     shards_in_flight: int = 2
     engine: Literal["local", "ray"] = "local"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -59,3 +60,103 @@ def shuffle_quality(
         # One request per block: blocks are block_size runs inside each shard.
         requests = sum(-(-int(size) // config.blocks) for size in shard_sizes)
     return ShuffleQuality(distance, float(np.mean(per_batch)), requests, requests / total)
+
+
+@dataclass(frozen=True, slots=True)
+class LabelMix:
+    """How well an order's batches mix labels, against a uniform random permutation.
+
+    Only full batches count. Under a uniform permutation a batch is a draw without
+    replacement from the dataset, so its expected count of distinct labels is exact:
+    ``sum over labels of 1 - C(N - n_label, B) / C(N, B)``.
+
+    Attributes:
+        batches: Full batches measured.
+        mean_distinct_labels: Distinct labels in a batch, averaged over batches.
+        uniform_distinct_labels: Its expectation under a uniform random permutation.
+        distinct_ratio: ``mean_distinct_labels / uniform_distinct_labels`` (1.0: as mixed
+            as a true shuffle; a class-sorted order without mixing gives about
+            ``1 / uniform_distinct_labels``).
+        mean_tv_distance: Total-variation distance of each batch's label histogram from
+            the dataset's, averaged (0: every batch has the dataset's label proportions).
+        uniform_tv_distance: The same for seeded uniform permutations of the dataset (the
+            floor a batch of this size can reach).
+    """
+
+    batches: int
+    mean_distinct_labels: float
+    uniform_distinct_labels: float
+    distinct_ratio: float
+    mean_tv_distance: float
+    uniform_tv_distance: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return {k: round(v, 4) if isinstance(v, float) else v for k, v in asdict(self).items()}
+
+
+def uniform_distinct_labels(counts: Sequence[int], batch_size: int) -> float:
+    """Expected distinct labels in a batch drawn without replacement (``counts`` per label)."""
+    total = int(sum(counts))
+    size = min(batch_size, total)
+
+    def log_choose(n: int, k: int) -> float:
+        return math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
+
+    expected = 0.0
+    for count in counts:
+        rest = total - int(count)
+        absent = 0.0 if rest < size else math.exp(log_choose(rest, size) - log_choose(total, size))
+        expected += 1.0 - absent
+    return expected
+
+
+def label_mix(
+    labels: np.ndarray, streams: Sequence[np.ndarray], *, batch_size: int, seed: int = 0
+) -> LabelMix:
+    """Measure how well the batches of ``streams`` mix ``labels``.
+
+    Args:
+        labels: The label of each sample of the dataset.
+        streams: Sample ids in delivery order, one stream per rank (or one for all).
+        batch_size: Samples per batch.
+        seed: Seed of the uniform permutations the TV distance is compared with.
+    """
+    labels = np.asarray(labels, dtype=np.int64)
+    if len(labels) == 0:
+        return LabelMix(0, 0.0, 0.0, 0.0, 0.0, 0.0)
+    values, dense = np.unique(labels, return_inverse=True)
+    counts = np.bincount(dense, minlength=len(values))
+    share = counts / counts.sum()
+
+    def measure(batches: list[np.ndarray]) -> tuple[float, float]:
+        if not batches:
+            return 0.0, 0.0
+        distinct = [len(np.unique(dense[b])) for b in batches]
+        tv = [
+            0.5 * float(np.abs(np.bincount(dense[b], minlength=len(values)) / len(b) - share).sum())
+            for b in batches
+        ]
+        return float(np.mean(distinct)), float(np.mean(tv))
+
+    batches = [
+        stream[i : i + batch_size]
+        for stream in streams
+        for i in range(0, len(stream) - batch_size + 1, batch_size)
+    ]
+    mean_distinct, mean_tv = measure(batches)
+    rng = np.random.default_rng(seed)
+    uniform = [
+        permuted[i : i + batch_size]
+        for permuted in (rng.permutation(len(labels)) for _ in range(4))
+        for i in range(0, len(labels) - batch_size + 1, batch_size)
+    ]
+    expected = uniform_distinct_labels(counts.tolist(), batch_size)
+    return LabelMix(
+        batches=len(batches),
+        mean_distinct_labels=mean_distinct,
+        uniform_distinct_labels=expected,
+        distinct_ratio=mean_distinct / expected if expected else 0.0,
+        mean_tv_distance=mean_tv,
+        uniform_tv_distance=measure(uniform)[1],
+    )

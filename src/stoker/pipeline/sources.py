@@ -386,6 +386,14 @@ def open_source(
     if config.mix is not None:
         return MixedSource(sources, config.mix, [block_size_for(s.unit_bytes()) for s in sources])
     if config.window is not None:
+        seed = datasets[0].index.packed_with.get("shuffle_seed")
+        if seed is not None:
+            raise ValueError(
+                f"{datasets[0].url} was packed in a shuffled order (shuffle_seed={seed}), so "
+                "its consecutive records are not consecutive frames: windows need the input's "
+                "order; pack it again with `stoker pack --keep-order` "
+                "(PackConfig(shuffle_seed=None))"
+            )
         return WindowSource(sources[0], config.window)
     return sources[0]
 
