@@ -45,8 +45,10 @@ def test_admits_the_rate_per_prefix_with_a_burst() -> None:
         clock.now += 0.001
         admitted += limiter.admit("/b/p/k")
     assert admitted == pytest.approx(100, abs=1)
-    assert limiter.admitted["b/p"] == 10 + admitted
-    assert limiter.throttled["b/p"] == 2 + 1000 - admitted
+    counts = limiter.counts()["b/p"]
+    assert (counts.admitted, counts.throttled) == (10 + admitted, 2 + 1000 - admitted)
+    assert counts.seconds == pytest.approx(1.0)
+    assert counts.admitted_per_s == pytest.approx(110, abs=1)
 
 
 def test_config_is_checked() -> None:
@@ -79,7 +81,10 @@ def test_proxy_answers_slowdown_beyond_the_limit(s3_server) -> None:
     assert all(b"<Code>SlowDown</Code>" in body for body in throttled)
     assert other[0] != 503  # the unsigned request reached the server, which refused it
     assert (stats.requests, stats.throttled, stats.forwarded) == (8, 2, 6)
-    assert counts == {"bucket/p": (5, 2), "bucket/q": (1, 0)}
+    assert {k: (c.admitted, c.throttled) for k, c in counts.items()} == {
+        "bucket/p": (5, 2),
+        "bucket/q": (1, 0),
+    }
 
 
 def test_command_line_takes_a_prefix_rate() -> None:

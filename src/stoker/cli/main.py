@@ -21,6 +21,7 @@ from stoker.errors import TransferError
 from stoker.storage import StorageOptions, open_store
 from stoker.storage.base import Store
 from stoker.storage.engine import IOEngine
+from stoker.storage.shaping import ShapingPolicy
 from stoker.storage.transfer import (
     DEFAULT_WORKERS,
     TransferConfig,
@@ -54,6 +55,17 @@ from stoker.storage.transfer import (
     show_default=True,
     help="Path-style (endpoint/bucket/key) or virtual-hosted (bucket.endpoint/key) URLs.",
 )
+@click.option(
+    "--max-requests-per-s",
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="N",
+    help="Send at most N requests per second to one prefix of a bucket. Default: no fixed cap.",
+)
+@click.option(
+    "--no-adaptive-rate",
+    is_flag=True,
+    help="Do not slow down when the store throttles (503 SlowDown, 429); only retry.",
+)
 @click.option("-v", "--verbose", count=True, help="Log more (-v info, -vv debug).")
 @click.version_option(package_name="stoker")
 @click.pass_context
@@ -65,13 +77,16 @@ def cli(
     no_verify_ssl: bool,
     anonymous: bool,
     addressing_style: str,
+    max_requests_per_s: float | None,
+    no_adaptive_rate: bool,
     verbose: int,
 ) -> None:
     """stoker: keep accelerators fed with training data that lives in object storage.
 
     URLs are s3://BUCKET/PREFIX, gs://, az://, file:// or local paths. Credentials come from
     the standard AWS variables and config files (AWS_ACCESS_KEY_ID, AWS_PROFILE, ...); they
-    are never printed.
+    are never printed. Requests to one prefix of a bucket slow down by themselves when the
+    store throttles them.
     """
     if verbose:
         logging.basicConfig(
@@ -86,6 +101,8 @@ def cli(
             verify_ssl=not no_verify_ssl,
             anonymous=anonymous,
             addressing_style=addressing_style,  # type: ignore[arg-type]  # click.Choice checked it
+            max_requests_per_s=max_requests_per_s,
+            shaping=ShapingPolicy(adaptive=not no_adaptive_rate),
         )
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from exc

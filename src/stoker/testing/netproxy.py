@@ -33,7 +33,7 @@ from types import FrameType
 
 from stoker.testing.faults import FAULT_KINDS, FaultConfig, FaultPolicy
 from stoker.testing.link import Link, LinkConfig, parse_rate
-from stoker.testing.ratelimit import PrefixRateLimiter, RateLimitConfig
+from stoker.testing.ratelimit import PrefixCounts, PrefixRateLimiter, RateLimitConfig
 from stoker.testing.relay import ProxyState, ProxyStats, Relay
 
 __all__ = [
@@ -41,6 +41,7 @@ __all__ = [
     "FaultConfig",
     "LinkConfig",
     "NetProxy",
+    "PrefixCounts",
     "ProxyStats",
     "RateLimitConfig",
     "main",
@@ -176,16 +177,10 @@ class NetProxy:
         per-prefix counts start afresh."""
         self._state.limiter = PrefixRateLimiter(rate_limit) if rate_limit is not None else None
 
-    def prefix_counts(self) -> dict[str, tuple[int, int]]:
-        """Requests admitted and throttled by the rate limit, per ``BUCKET/PREFIX``."""
+    def prefix_counts(self) -> dict[str, PrefixCounts]:
+        """What the rate limit did, per ``BUCKET/PREFIX`` (empty without one)."""
         limiter = self._state.limiter
-        if limiter is None:
-            return {}
-        with limiter.lock:
-            names = set(limiter.admitted) | set(limiter.throttled)
-            return {
-                n: (limiter.admitted.get(n, 0), limiter.throttled.get(n, 0)) for n in sorted(names)
-            }
+        return {} if limiter is None else limiter.counts()
 
     def __enter__(self) -> NetProxy:
         self.start()

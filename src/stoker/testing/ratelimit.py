@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import parse_qs, unquote, urlsplit
 
-__all__ = ["PrefixRateLimiter", "RateLimitConfig", "request_prefix"]
+__all__ = ["PrefixCounts", "PrefixRateLimiter", "RateLimitConfig", "request_prefix"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -44,6 +44,26 @@ class RateLimitConfig:
                 f"burst_s must be >= 0 and prefix_depth >= 1, got {self.burst_s}, "
                 f"{self.prefix_depth}"
             )
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixCounts:
+    """What the rate limit did to the requests of one prefix.
+
+    Attributes:
+        admitted: Requests passed on.
+        throttled: Requests answered ``503 SlowDown``.
+        seconds: Time from the prefix's first request to its last.
+    """
+
+    admitted: int
+    throttled: int
+    seconds: float
+
+    @property
+    def admitted_per_s(self) -> float:
+        """Requests admitted per second, between the first request and the last."""
+        return self.admitted / self.seconds if self.seconds > 0 else 0.0
 
 
 def request_prefix(target: str, depth: int) -> str:
@@ -73,9 +93,9 @@ class PrefixRateLimiter:
         self._capacity = max(1.0, config.requests_per_s * config.burst_s)
         self._buckets: dict[str, tuple[float, float]] = {}  # prefix: (tokens, last refill)
         self.lock = threading.Lock()
-        #: Requests admitted and throttled, per prefix (read them under ``lock``).
-        self.admitted: dict[str, int] = {}
-        self.throttled: dict[str, int] = {}
+        self._admitted: dict[str, int] = {}
+        self._throttled: dict[str, int] = {}
+        self._span: dict[str, tuple[float, float]] = {}  # first and last request
 
     def admit(self, target: str) -> bool:
         """Take a token for a request to ``target``; False if it is to be throttled."""
@@ -86,6 +106,17 @@ class PrefixRateLimiter:
             tokens = min(self._capacity, tokens + (now - last) * self.config.requests_per_s)
             ok = tokens >= 1.0
             self._buckets[prefix] = (tokens - 1.0 if ok else tokens, now)
-            counts = self.admitted if ok else self.throttled
+            counts = self._admitted if ok else self._throttled
             counts[prefix] = counts.get(prefix, 0) + 1
+            self._span[prefix] = (self._span.get(prefix, (now, now))[0], now)
         return ok
+
+    def counts(self) -> dict[str, PrefixCounts]:
+        """Requests admitted and throttled so far, per prefix (``BUCKET/PREFIX``)."""
+        with self.lock:
+            return {
+                prefix: PrefixCounts(
+                    self._admitted.get(prefix, 0), self._throttled.get(prefix, 0), last - first
+                )
+                for prefix, (first, last) in sorted(self._span.items())
+            }

@@ -1,0 +1,185 @@
+"""Several `stoker download` processes against one prefix behind a throttling proxy.
+
+The scenario of the rate-shaping test and benchmark: ``objects`` small objects under one
+prefix of a bucket on a local S3 server, and ``processes`` concurrent ``stoker download``
+commands each copying all of them, through a `~stoker.testing.netproxy.NetProxy` that admits
+``requests_per_s`` per prefix and answers ``503 SlowDown`` beyond.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from stoker.storage import open_store
+from stoker.testing.netproxy import LinkConfig, NetProxy, RateLimitConfig
+from stoker.testing.seaweed import SeaweedServer
+
+__all__ = ["ThrottledRun", "object_bytes", "put_objects", "run_throttled_downloads"]
+
+PREFIX = "dl"
+
+
+def object_bytes(i: int) -> bytes:
+    """The deterministic content of object ``i`` (1 to 2 KB)."""
+    seed = hashlib.sha256(str(i).encode()).digest()
+    return (seed * 64)[: 1000 + (i * 37) % 1000]
+
+
+def put_objects(server: SeaweedServer, bucket: str, objects: int) -> None:
+    """Write ``objects`` objects ``PREFIX/obj-NNNNN`` straight to the server."""
+    store = open_store(f"s3://{bucket}/{PREFIX}", storage_options=server.storage_options())
+
+    async def put_all() -> None:
+        slots = asyncio.Semaphore(64)
+
+        async def one(i: int) -> None:
+            async with slots:
+                await store.put_async(f"obj-{i:05d}", object_bytes(i))
+
+        await asyncio.gather(*(one(i) for i in range(objects)))
+
+    store.engine.run(put_all())
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ThrottledRun:
+    """What the proxy and the downloads saw.
+
+    Attributes:
+        processes: Download processes.
+        objects: Objects each downloaded.
+        limit_per_s: The proxy's limit per prefix.
+        requests: Requests the proxy saw.
+        throttled: Of those, answered 503 SlowDown.
+        admitted_per_s: Requests admitted per second, from the prefix's first request at
+            the proxy to its last.
+        seconds: Wall time from starting the processes to the last one's exit.
+        files_intact: Files downloaded byte-exact, over all processes.
+        exit_codes: Each process's exit status.
+        reports: Each process's ``--json`` report.
+    """
+
+    processes: int
+    objects: int
+    limit_per_s: float
+    requests: int
+    throttled: int
+    admitted_per_s: float
+    seconds: float
+    files_intact: int
+    exit_codes: list[int]
+    reports: list[dict[str, Any]]
+
+    @property
+    def throttled_share(self) -> float:
+        """Throttled requests as a share of all requests."""
+        return self.throttled / self.requests if self.requests else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (the reports' request counters kept, their lists left out)."""
+        return {
+            "processes": self.processes,
+            "objects_each": self.objects,
+            "limit_per_s": self.limit_per_s,
+            "requests": self.requests,
+            "throttled": self.throttled,
+            "throttled_share": round(self.throttled_share, 4),
+            "admitted_per_s": round(self.admitted_per_s, 1),
+            "admitted_vs_limit": round(self.admitted_per_s / self.limit_per_s, 3),
+            "seconds": round(self.seconds, 2),
+            "files_intact": self.files_intact,
+            "exit_codes": self.exit_codes,
+            "requests_by_process": [r.get("requests", {}) for r in self.reports],
+        }
+
+
+def run_throttled_downloads(
+    server: SeaweedServer,
+    bucket: str,
+    work: Path,
+    *,
+    objects: int,
+    processes: int = 2,
+    requests_per_s: float = 150.0,
+    extra_args: tuple[str, ...] = (),
+) -> ThrottledRun:
+    """Run ``processes`` ``stoker download`` commands of the objects `put_objects` wrote.
+
+    Args:
+        server: The S3 server holding the bucket.
+        bucket: The bucket.
+        work: A directory for the downloads.
+        objects: How many objects `put_objects` wrote.
+        processes: Concurrent downloads, each of every object.
+        requests_per_s: The proxy's limit per prefix.
+        extra_args: Further `stoker` arguments, before the command.
+    """
+    limit = RateLimitConfig(requests_per_s=requests_per_s)
+    link = LinkConfig(rtt_s=0.0, connect_rtts=0.0)
+    with NetProxy("127.0.0.1", server.port, link=link, rate_limit=limit) as proxy:
+        options = server.storage_options(proxy.endpoint)
+        env = {
+            **os.environ,
+            "AWS_ENDPOINT_URL": proxy.endpoint,
+            "AWS_ACCESS_KEY_ID": options["access_key_id"],
+            "AWS_SECRET_ACCESS_KEY": options["secret_access_key"],
+            "AWS_REGION": options["region"],
+        }
+        started = time.monotonic()
+        children = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "stoker",
+                    *extra_args,
+                    "download",
+                    f"s3://{bucket}/{PREFIX}",
+                    str(work / f"d{n}"),
+                    "--no-progress",
+                    "--json",
+                ],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for n in range(processes)
+        ]
+        outputs = [child.communicate() for child in children]
+        seconds = time.monotonic() - started
+        stats = proxy.stats()
+        counts = proxy.prefix_counts().get(f"{bucket}/{PREFIX}")
+    reports = []
+    for out, err in outputs:
+        try:
+            reports.append(json.loads(out))
+        except ValueError:
+            reports.append({"stderr": err[-2000:]})
+    intact = sum(
+        (work / f"d{n}" / f"obj-{i:05d}").is_file()
+        and (work / f"d{n}" / f"obj-{i:05d}").read_bytes() == object_bytes(i)
+        for n in range(processes)
+        for i in range(objects)
+    )
+    return ThrottledRun(
+        processes=processes,
+        objects=objects,
+        limit_per_s=requests_per_s,
+        requests=stats.requests,
+        throttled=stats.throttled,
+        admitted_per_s=counts.admitted_per_s if counts else 0.0,
+        seconds=seconds,
+        files_intact=intact,
+        exit_codes=[child.returncode for child in children],
+        reports=reports,
+    )

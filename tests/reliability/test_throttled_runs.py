@@ -1,0 +1,33 @@
+"""Request-rate shaping end to end: processes sharing one prefix behind a throttling proxy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from stoker.testing.throttled import put_objects, run_throttled_downloads
+
+LIMIT_PER_S = 150.0
+
+
+@pytest.mark.slow
+def test_two_downloads_of_one_prefix_stay_under_its_limit(
+    s3_bucket, s3_server, tmp_path: Path
+) -> None:
+    """Two `stoker download` processes, 1,500 objects each, one prefix limited to 150
+    requests/s: at most 10 % of requests throttled (51 % without shaping), the prefix
+    served at >= 0.8x its limit, every file byte-exact."""
+    put_objects(s3_server, s3_bucket.name, 1500)
+    run = run_throttled_downloads(
+        s3_server, s3_bucket.name, tmp_path, objects=1500, requests_per_s=LIMIT_PER_S
+    )
+    assert run.exit_codes == [0, 0], run.reports
+    assert run.files_intact == 2 * 1500
+    assert run.requests >= 3000
+    assert run.throttled_share <= 0.10, run.to_dict()
+    assert run.admitted_per_s >= 0.8 * LIMIT_PER_S, run.to_dict()
+    for report in run.reports:
+        counters = report["requests"]
+        assert counters["throttles"] > 0  # the limit was found ...
+        assert counters["shaping.rate_per_s"] > 0  # ... and the rate shaped to it
