@@ -10,7 +10,7 @@ from typing import Any, Literal
 import numpy as np
 import pytest
 
-from stoker import DecodeConfig, Stage, open_dataset
+from stoker import DecodeConfig, OrderConfig, Stage, World, open_dataset
 from stoker.core.pricing import StoragePrices
 from stoker.pack.packer import PackConfig, pack
 from stoker.pipeline.decode import decode_full
@@ -166,3 +166,23 @@ def test_the_transform_stage_times_only_the_users_callable(
     if method == "thread":  # ...and none of the sleep (half of it would show). A worker
         # process adds its own costs (arena copies, a fresh interpreter's first decodes).
         assert decoded.seconds / decoded.items < bare_decode_s + 0.0025
+
+
+@pytest.mark.parametrize("world_size", [1, 3])
+def test_an_epoch_reads_only_the_bytes_it_delivers(tmp_path: Path, world_size: int) -> None:
+    write_image_folder(tmp_path / "src", files=600, classes=6, width=40, height=30)
+    pack(tmp_path / "src", tmp_path / "ds", config=PackConfig(samples_per_shard=150))
+    dataset = open_dataset(tmp_path / "ds")
+    shard_bytes = sum(s.size for s in dataset.shards)
+    index_bytes = sum(p.stat().st_size for p in (tmp_path / "ds").glob("index.*"))
+    read = 0
+    for rank in range(world_size):
+        world = World(rank=rank, world_size=world_size)
+        # Groups of 4 blocks from all over the shards: the gaps between them are other blocks.
+        order = OrderConfig(block_size=8, group_blocks=4)
+        with Loader(str(tmp_path / "ds"), batch_size=32, world=world, order=order) as loader:
+            for _ in loader:
+                pass
+            read += loader.stats().requests["bytes.read"] - index_bytes
+    # Every shard byte once (ranks sharing a block each read their part), and no gap.
+    assert shard_bytes * 0.98 < read <= shard_bytes * 1.02

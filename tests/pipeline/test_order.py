@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from stoker.pipeline.order import OrderConfig, Segment, assign, consumed, epoch_order
@@ -58,9 +60,42 @@ def test_evening_out_ranks_costs_fewer_samples_than_ranks(sizes, config, world, 
     assert repeated == shares[0].epoch_padded <= world - 1
     assert shares[0].dropped <= world - 1
     assert len(shares[0].samples) * world == total + repeated - shares[0].dropped
-    # Each rank's piece is contiguous in the epoch's stream: reads stay long.
+    # Ranks' pieces follow one another in the epoch's stream, each read group in its place
+    # (a group cut by two ranks is only laid out anew inside itself): reads stay long.
     fresh = np.concatenate([s.samples[: len(s.samples) - s.padded] for s in shares])
-    assert np.array_equal(fresh, order.samples[: len(fresh)])
+    starts = order.group_starts
+    for begin, end in itertools.pairwise(starts):
+        if end <= len(fresh):
+            assert sorted(fresh[begin:end]) == sorted(order.samples[begin:end])
+
+
+@settings(max_examples=150, deadline=None)
+@given(sizes=layouts, config=configs, world=st.integers(2, 9), drop_last=st.booleans())
+def test_a_block_cut_by_two_ranks_is_one_range_on_each_side(
+    sizes, config, world, drop_last
+) -> None:
+    assume(config.mode != "random")  # one ranged read per sample: there are no blocks
+    order = epoch_order(sizes, config=config, epoch=2)
+    for rank in range(world):
+        share = assign(order, rank=rank, world_size=world, drop_last=drop_last)
+        own = len(share.samples) - share.padded  # repeats (< world) come from anywhere
+        # Inside each read group of the share, each block is one range of consecutive ids.
+        bounds = [*(s for s in share.group_starts.tolist() if s < own), own]
+        for begin, end in itertools.pairwise(bounds):
+            ids = np.sort(share.samples[begin:end])
+            breaks = np.flatnonzero(np.diff(ids) != 1) + 1
+            # No block appears in two separate runs of consecutive ids of this group.
+            seen: set[tuple[int, int]] = set()
+            for run in np.split(ids, breaks):
+                blocks = {_block_of(int(i), sizes, config) for i in run}
+                assert not blocks & seen
+                seen |= blocks
+
+
+def _block_of(sample: int, sizes: list[int], config: OrderConfig) -> tuple[int, int]:
+    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    shard = int(np.searchsorted(offsets, sample, side="right") - 1)
+    return shard, (sample - int(offsets[shard])) // config.blocks
 
 
 @settings(max_examples=150, deadline=None)

@@ -24,8 +24,9 @@ consumed are removed from the epoch's order, and the rest is partitioned anew.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
@@ -181,12 +182,15 @@ class Share:
         padded: How many of them repeat samples of the epoch to even out ranks.
         dropped: How many samples of the epoch no rank gets (``drop_last``).
         epoch_padded: Repeats over all ranks (at most ``world_size - 1``).
+        group_starts: Offsets into ``samples`` where a read group (or the padding) starts,
+            0 first: fetching between two of them reads each block once.
     """
 
     samples: np.ndarray
     padded: int
     dropped: int
     epoch_padded: int = 0
+    group_starts: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))
 
 
 def assign(
@@ -218,20 +222,57 @@ def assign(
     Returns:
         The rank's samples; every rank gets the same count.
     """
-    samples = order.samples
+    samples, starts = order.samples, order.group_starts
     if exclude is not None and len(exclude):
-        samples = samples[~np.isin(samples, exclude)]
+        keep = ~np.isin(samples, exclude)
+        # Group boundaries survive the removal: count kept samples before each start.
+        starts = np.unique(np.concatenate([[0], np.cumsum(keep)])[starts])
+        samples = samples[keep]
     total = len(samples)
+    each = total // world_size if drop_last else -(-total // world_size)
+    # Where ranks' pieces meet (and where drop_last cuts the tail off).
+    cuts = [r * each for r in range(1, world_size + drop_last)]
+    samples = _split_groups_by_position(samples, starts, cuts)
     if drop_last:
-        each = total // world_size
-        return Share(samples[rank * each : (rank + 1) * each], 0, total - each * world_size)
-    each = -(-total // world_size)
+        first = rank * each
+        mine = samples[first : first + each]
+        return Share(mine, 0, total - each * world_size, 0, _local(starts, first, each))
     repeats = each * world_size - total
     if repeats:
         samples = np.concatenate([samples, np.resize(samples, repeats)])
-    mine = samples[rank * each : (rank + 1) * each]
-    padded = max(0, min(each, (rank + 1) * each - total))
-    return Share(mine, padded, 0, repeats)
+        starts = np.append(starts, total)  # the repeats are fetched apart
+    first = rank * each
+    padded = max(0, min(each, first + each - total))
+    return Share(samples[first : first + each], padded, 0, repeats, _local(starts, first, each))
+
+
+def _split_groups_by_position(
+    samples: np.ndarray, starts: np.ndarray, cuts: Sequence[int]
+) -> np.ndarray:
+    """``samples`` with each read group that a cut falls inside laid out in shard order
+    between the cuts (and shuffled within each side), so that a block at the boundary of two
+    ranks' pieces is one contiguous range on each side: two partial ranged reads, not many.
+    """
+    inside = sorted({c for c in cuts if 0 < c < len(samples)} - set(starts.tolist()))
+    if not inside:
+        return samples
+    samples = samples.copy()
+    for group in np.unique(np.searchsorted(starts, inside, side="right") - 1).tolist():
+        begin, end = int(starts[group]), int(starts[group + 1])
+        ordered = np.sort(samples[begin:end])
+        bounds = [begin, *(c for c in inside if begin < c < end), end]
+        for lo, hi in itertools.pairwise(bounds):
+            part = ordered[lo - begin : hi - begin]
+            # Seeded by the part itself: the same on every rank, for any world size.
+            rng = np.random.default_rng([int(part[0]), len(part), lo - begin])
+            samples[lo:hi] = rng.permutation(part)
+    return samples
+
+
+def _local(starts: np.ndarray, first: int, length: int) -> np.ndarray:
+    """Group starts inside ``[first, first + length)``, relative to ``first``, 0 first."""
+    inside = starts[(starts > first) & (starts < first + length)] - first
+    return np.concatenate([np.zeros(1, dtype=np.int64), inside.astype(np.int64)])
 
 
 @dataclass(frozen=True, slots=True)

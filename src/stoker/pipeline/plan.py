@@ -164,9 +164,18 @@ def plan_epoch(
     mine = [b for b in range(world.worker, len(batches), world.num_workers) if b >= position]
     if world.num_workers > 1:
         chunks = [batches[b] for b in mine]
+    elif not mine:
+        chunks = []
     else:
-        stream = np.concatenate([batches[b] for b in mine]) if mine else np.zeros(0, np.int64)
-        chunks = [stream[i : i + group_samples] for i in range(0, len(stream), group_samples)]
+        # Cut where read groups start, so each block is fetched whole, once.
+        first = mine[0] * batch_size
+        stream = samples[first : first + sum(len(batches[b]) for b in mine)]
+        cuts = [int(s) - first for s in share.group_starts if first < s < first + len(stream)]
+        chunks = [
+            piece[i : i + group_samples]
+            for piece in np.split(stream, cuts)
+            for i in range(0, len(piece), group_samples)
+        ]
     return EpochPlan(batches, mine, chunks, share.padded, share.epoch_padded)
 
 

@@ -49,6 +49,11 @@ from stoker.storage.cache import DiskCache
 from stoker.storage.cached import cache_reads
 from stoker.storage.open import open_store
 
+#: The Loader reads only the samples it delivers: a ranged read joins adjacent samples, never
+#: a gap. A gap is usually another block, read with its own group; reading it through too
+#: made an epoch read 1.4-1.8x its shards' bytes.
+LOADER_MAX_GAP_BYTES = 0
+
 
 class Source(Protocol):
     """The loader's view of what it reads (see the module docstring)."""
@@ -154,7 +159,11 @@ class DatasetSource:
     async def read_async(self, ids: Sequence[int]) -> list[dict[str, Any]]:
         unique = list(dict.fromkeys(int(i) for i in ids))
         # A corrupt sample comes back as its error, so the loader can skip just that one.
-        reads: list[Any] = [self.dataset.read_many_async(unique, return_errors=True)]
+        reads: list[Any] = [
+            self.dataset.read_many_async(
+                unique, return_errors=True, max_gap_bytes=LOADER_MAX_GAP_BYTES
+            )
+        ]
         reads += [table.rows_async(unique) for table in self.side_tables.values()]
         samples, *rows = await asyncio.gather(*reads)
         found = {
