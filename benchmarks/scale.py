@@ -12,9 +12,10 @@ the clock:
 * each rank consumes its share at the target rate, all ranks in step (synchronous data
   parallel); a fetch chunk is requested when its rank reaches the chunk's first sample
   (prefetch moves every request earlier by the same amount, which leaves rates alone);
-* a chunk's samples become ranged GETs as ``ShardDataset.read_many`` coalesces them: one
-  per run of one shard with gaps under 1 MiB. The count is vectorised here and checked
-  against the reader's own ``plan_runs`` on every rank of node 0;
+* a chunk's samples become ranged GETs as the Loader has ``ShardDataset.read_many``
+  coalesce them (one per run of one shard with gaps of at most ``LOADER_MAX_GAP_BYTES``).
+  The count is vectorised here and checked against the reader's own ``plan_runs`` on every
+  rank of node 0;
 * the node's disk cache keeps 1 MiB pages (``BLOCK_PAGE_BYTES``) and drops the least
   recently used; a miss fetches whole pages. Epoch 2's hits are pages still there from
   epoch 1, or pages read earlier in epoch 2;
@@ -44,12 +45,13 @@ from typing import Any
 import numpy as np
 
 from stoker.format.index import DatasetIndex, ShardEntry, read_index, write_index
-from stoker.format.reader import DEFAULT_MAX_GAP_BYTES, DEFAULT_MAX_RUN_BYTES, plan_runs
+from stoker.format.reader import DEFAULT_MAX_RUN_BYTES, plan_runs
 from stoker.format.spec import MAX_PREFIXES, TAR_BLOCK, shard_key
 from stoker.pack.packer import DEFAULT_SHARD_BYTES
 from stoker.pipeline.config import BLOCK_PAGE_BYTES
 from stoker.pipeline.order import OrderConfig, epoch_order
 from stoker.pipeline.plan import plan_epoch, resolve_order
+from stoker.pipeline.sources import LOADER_MAX_GAP_BYTES
 from stoker.pipeline.world import World
 from stoker.storage.memory import MemoryStore
 
@@ -115,7 +117,7 @@ def chunk_runs(chunks: list[np.ndarray], data: dict[str, np.ndarray]) -> dict[st
     new[1:] = (
         (chunk[1:] != chunk[:-1])
         | (shard[1:] != shard[:-1])
-        | (start[1:] - end[:-1] > DEFAULT_MAX_GAP_BYTES)
+        | (start[1:] - end[:-1] > LOADER_MAX_GAP_BYTES)
     )
     run = np.cumsum(new) - 1
     run_end = np.zeros(run[-1] + 1, np.int64)
@@ -175,7 +177,7 @@ def check_against_plan_runs(
             plan_runs(
                 index,
                 sorted({int(i) for i in chunk}),
-                max_gap_bytes=DEFAULT_MAX_GAP_BYTES,
+                max_gap_bytes=LOADER_MAX_GAP_BYTES,
                 max_run_bytes=DEFAULT_MAX_RUN_BYTES,
             )
         )
