@@ -7,6 +7,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -177,3 +178,21 @@ def test_state_is_snapshotted_at_delivery(dataset_url: str) -> None:
         states.append(loader.state_dict()["batches"])
     assert states == list(range(1, len(loader) + 1))
     assert loader.state_dict()["batches"] == 0  # the epoch is over
+
+
+def test_dataloader_workers_resume_mid_epoch_exactly(dataset_url: str) -> None:
+    options: dict[str, Any] = {
+        "batch_size": 6,
+        "order": ORDER,
+        "transform": RandomResizedCrop(8),
+        "num_workers": 2,
+    }
+    full = [b["key"] for b in TorchLoader(dataset_url, **options)]
+    with TorchLoader(dataset_url, **options) as first:
+        stream = iter(first)
+        head = [next(stream)["key"] for _ in range(5)]  # an odd number: worker 1's turn next
+        state = first.state_dict()
+    assert state["batches"] == 5
+    resumed = TorchLoader(dataset_url, **options)
+    resumed.load_state_dict(state)
+    assert head + [b["key"] for b in resumed] == full

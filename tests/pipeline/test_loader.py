@@ -409,3 +409,23 @@ def test_the_next_epoch_is_read_ahead_and_stays_exact(dataset_url: str) -> None:
         seen_7 = _keys(loader)
     assert seen == [fresh(e) for e in range(3)]
     assert seen_7 == fresh(7)
+
+
+@pytest.mark.parametrize("workers", [2, 3])
+def test_workers_resumed_at_any_batch_deliver_the_uninterrupted_sequence(
+    dataset_url: str, workers: int
+) -> None:
+    options: dict[str, Any] = {"batch_size": 4, "order": SMALL_ORDER}
+    with Loader(dataset_url, **options) as whole:
+        full = [list(b["key"]) for b in whole]
+    for position in (1, 5, 7):
+        state = {"epoch": 0, "batches": position, "batch_size": 4, "seed": 0, "world_size": 1}
+        streams = []
+        for worker in range(workers):
+            world = World(worker=worker, num_workers=workers)
+            with Loader(dataset_url, **options, world=world) as loader:
+                loader.load_state_dict(state)
+                streams.append([list(b["key"]) for b in loader])
+        # A DataLoader takes one batch from each worker in turn, worker 0 first.
+        merged = [s[i] for i in range(max(map(len, streams))) for s in streams if i < len(s)]
+        assert merged == full[position:]

@@ -86,7 +86,7 @@ class Loader:
             hold about 1 MB (4 to 64 samples).
         world: This rank and loader worker (:class:`~stoker.pipeline.world.World`);
             default rank 0 of 1. Worker ``w`` of ``num_workers`` makes batches
-            ``w, w + num_workers, ...`` of its rank's epoch.
+            ``w, w + num_workers, ...`` of its rank's epoch (counted from the resume point).
         decode: Decode threads or processes, the decompression-bomb guard, and what an
             undecodable sample does (:class:`~stoker.pipeline.config.DecodeConfig`).
         prefetch: Read groups fetched ahead, or ``"auto"``: start with enough for two

@@ -141,7 +141,8 @@ def plan_epoch(
 
     Args:
         order: The epoch's global order.
-        world: This rank and worker; worker ``w`` makes batches ``w, w + num_workers, ...``.
+        world: This rank and worker; worker ``w`` makes batches ``position + w``,
+            ``position + w + num_workers``, ...
         batch_size: Samples per batch.
         drop_last: Drop a last, incomplete batch (and even ranks out by dropping).
         group_samples: Samples per read group (the fetch unit of a single worker).
@@ -161,7 +162,9 @@ def plan_epoch(
     batches = [samples[b : b + batch_size] for b in range(0, len(samples), batch_size)]
     if drop_last and batches and len(batches[-1]) < batch_size:
         batches.pop()
-    mine = [b for b in range(world.worker, len(batches), world.num_workers) if b >= position]
+    # Counted from the resume point: a DataLoader asks its workers in turn, worker 0 first,
+    # so worker 0 must hold the next batch whatever the position is.
+    mine = list(range(position + world.worker, len(batches), world.num_workers))
     if world.num_workers > 1:
         chunks = [batches[b] for b in mine]
     elif not mine:
