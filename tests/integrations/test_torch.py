@@ -196,3 +196,16 @@ def test_dataloader_workers_resume_mid_epoch_exactly(dataset_url: str) -> None:
     resumed = TorchLoader(dataset_url, **options)
     resumed.load_state_dict(state)
     assert head + [b["key"] for b in resumed] == full
+
+
+def test_a_state_saved_after_an_epoch_does_not_replay_it(dataset_url: str) -> None:
+    options: dict[str, Any] = {"batch_size": 6, "order": ORDER, "transform": RandomResizedCrop(8)}
+    loader = TorchLoader(dataset_url, **options)
+    first = [k for b in loader for k in b["key"]]
+    state = loader.state_dict()
+    assert (state["epoch"], state["batches"]) == (1, 0)
+    restored = TorchLoader(dataset_url, **options)
+    restored.load_state_dict(state)
+    again = [k for b in restored for k in b["key"]]
+    loader.set_epoch(1)
+    assert again == [k for b in loader for k in b["key"]] != first

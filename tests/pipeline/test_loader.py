@@ -429,3 +429,17 @@ def test_workers_resumed_at_any_batch_deliver_the_uninterrupted_sequence(
         # A DataLoader takes one batch from each worker in turn, worker 0 first.
         merged = [s[i] for i in range(max(map(len, streams))) for s in streams if i < len(s)]
         assert merged == full[position:]
+
+
+def test_a_state_saved_after_an_epoch_starts_the_next_one(dataset_url: str) -> None:
+    options: dict[str, Any] = {"batch_size": 16, "order": SMALL_ORDER}
+    with Loader(dataset_url, **options) as loader:
+        first = _keys(loader)
+        state = loader.state_dict()
+        second = _keys(loader)  # no set_epoch: the next epoch, not the same one again
+    assert (state["epoch"], state["batches"]) == (1, 0)
+    assert sorted(first) == sorted(second)
+    assert first != second
+    with Loader(dataset_url, **options) as restored:
+        restored.load_state_dict(state)
+        assert _keys(restored) == second  # nothing replayed

@@ -279,9 +279,10 @@ class TorchLoader:
             upcoming = ready
         if upcoming is not None and stream is not None:
             yield self._deliver(upcoming, stream)
-        # The epoch is over: the next iteration starts the next one unless told otherwise.
+        # The epoch is over: the next iteration, and a state saved now, start the next one.
         self._state = None
         self.dataset.resume = None
+        self.dataset.epoch += 1
 
     def _deliver(
         self, upcoming: tuple[dict[str, Any], dict[str, Any]], stream: Any

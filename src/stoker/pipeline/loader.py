@@ -185,7 +185,8 @@ class Loader:
     # -- plan ------------------------------------------------------------------------------
 
     def set_epoch(self, epoch: int) -> None:
-        """Start epoch ``epoch`` at its beginning (unless a restored state is pending for it)."""
+        """Start epoch ``epoch`` at its beginning (unless a restored state is pending for it);
+        a completed epoch moves on to the next by itself."""
         if epoch != self.epoch:
             self.epoch = epoch
             self._position = 0
@@ -341,7 +342,8 @@ class Loader:
             yield batch
             resumed = time.perf_counter()
             self.stages.record(Stage.CONSUMER_STEP, resumed - now, start_s=now, lane="consumer")
-        # The epoch is over: the next iteration starts the next one unless told otherwise.
+        # The epoch is over: the next iteration, and a state saved now, start the next one.
+        self.epoch += 1
         self._position = 0
         self._segments = []
         self._epochs_run += 1
@@ -367,7 +369,7 @@ class Loader:
         """
         if self._epochs_run < 1 or self._segments or self._prefetcher.reading_ahead:
             return
-        epoch = self.epoch + 1
+        epoch = self.epoch + 1  # this epoch's number until it ends
         self._prefetcher.read_ahead(epoch, self._plan(epoch))
 
     def _retune(self, now: float) -> None:
