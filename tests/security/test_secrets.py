@@ -179,3 +179,37 @@ def test_library_errors_with_a_wrong_secret_never_show_it(
     logged = "\n".join(r.getMessage() + repr(r.args) for r in caplog.records)
     assert CANARY not in logged
     assert CANARY_TOKEN not in logged
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        # A broken section header, then the secret on a line without '='.
+        ("[default]\naws_access_key_id = A\n[broken\naws_secret_access_key {secret}\n", "3, 4"),
+        # The secret before any section header.
+        ("aws_secret_access_key = {secret}\n[default]\n", "line 1"),
+    ],
+)
+def test_a_malformed_credentials_file_is_named_never_quoted(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    text: str,
+    where: str,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    credentials = tmp_path / "credentials"
+    credentials.write_text(text.format(secret=CANARY), encoding="utf-8")
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(credentials))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    result = CliRunner().invoke(cli, ["-vv", "ls", "s3://bucket/"])
+    assert result.exit_code != 0
+    everything = _everything(result, caplog)
+    assert CANARY not in everything
+    assert str(credentials) in everything
+    assert where in everything
+    with pytest.raises(CredentialsError) as caught:
+        open_store("s3://bucket/").list_dir("")
+    assert CANARY not in _error_text(caught.value)

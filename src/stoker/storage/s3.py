@@ -69,10 +69,18 @@ def _read_profile(name: str, *, required: bool) -> _Profile | None:
         if not path.is_file():
             continue
         parser = configparser.RawConfigParser()
+        problem = None
         try:
             parser.read(path, encoding="utf-8")
         except configparser.Error as exc:
-            raise CredentialsError(f"cannot parse AWS config file {path}: {exc}") from exc
+            problem = _parse_problem(exc)
+        if problem is not None:
+            # Never the offending text: a malformed line may hold a secret key. Raised out
+            # here so that the parser's error, which quotes the line, is not its context.
+            raise CredentialsError(
+                f"cannot parse AWS config file {path}: {problem} "
+                "(the text is not shown: it may hold a secret)"
+            )
         if not parser.has_section(section) and path == conf_file and parser.has_section(name):
             section = name
         if parser.has_section(section):
@@ -83,6 +91,18 @@ def _read_profile(name: str, *, required: bool) -> _Profile | None:
             raise CredentialsError(f"AWS profile {name!r} not found in {conf_file} or {cred_file}")
         return None
     return _Profile(name, values, " and ".join(found_in))
+
+
+def _parse_problem(exc: configparser.Error) -> str:
+    """What is wrong with a config file, and where, without quoting any of its text."""
+    if isinstance(exc, configparser.MissingSectionHeaderError):
+        return f"a line before any [section] header, line {exc.lineno}"
+    if isinstance(exc, configparser.ParsingError):
+        lines = ", ".join(str(number) for number, _ in exc.errors)
+        return f"malformed line(s) {lines}"
+    if isinstance(exc, configparser.DuplicateSectionError | configparser.DuplicateOptionError):
+        return f"a name given twice, line {exc.lineno}"
+    return type(exc).__name__
 
 
 def _s3_section_value(profile: _Profile | None, key: str) -> str | None:
