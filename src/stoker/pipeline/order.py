@@ -232,32 +232,36 @@ def assign(
     each = total // world_size if drop_last else -(-total // world_size)
     # Where ranks' pieces meet (and where drop_last cuts the tail off).
     cuts = [r * each for r in range(1, world_size + drop_last)]
-    samples = _split_groups_by_position(samples, starts, cuts)
+    first = rank * each
+    # Only the groups at this rank's two ends change its samples (its repeats, if any, are
+    # samples of the epoch whichever way the stream's start is laid out).
+    samples = _split_groups_by_position(samples, starts, cuts, {first, first + each})
     if drop_last:
-        first = rank * each
         mine = samples[first : first + each]
         return Share(mine, 0, total - each * world_size, 0, _local(starts, first, each))
     repeats = each * world_size - total
     if repeats:
         samples = np.concatenate([samples, np.resize(samples, repeats)])
         starts = np.append(starts, total)  # the repeats are fetched apart
-    first = rank * each
     padded = max(0, min(each, first + each - total))
     return Share(samples[first : first + each], padded, 0, repeats, _local(starts, first, each))
 
 
 def _split_groups_by_position(
-    samples: np.ndarray, starts: np.ndarray, cuts: Sequence[int]
+    samples: np.ndarray, starts: np.ndarray, cuts: Sequence[int], needed: set[int]
 ) -> np.ndarray:
     """``samples`` with each read group that a cut falls inside laid out in shard order
     between the cuts (and shuffled within each side), so that a block at the boundary of two
     ranks' pieces is one contiguous range on each side: two partial ranged reads, not many.
+    Only the groups holding a position of ``needed`` are laid out (the others are unchanged
+    for a caller that reads only there).
     """
     inside = sorted({c for c in cuts if 0 < c < len(samples)} - set(starts.tolist()))
-    if not inside:
+    wanted = [c for c in inside if c in needed]
+    if not wanted:
         return samples
     samples = samples.copy()
-    for group in np.unique(np.searchsorted(starts, inside, side="right") - 1).tolist():
+    for group in np.unique(np.searchsorted(starts, wanted, side="right") - 1).tolist():
         begin, end = int(starts[group]), int(starts[group + 1])
         ordered = np.sort(samples[begin:end])
         bounds = [begin, *(c for c in inside if begin < c < end), end]
