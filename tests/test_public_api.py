@@ -37,3 +37,12 @@ def test_every_config_the_loader_takes_is_exported() -> None:
     assert configs >= {"OrderConfig", "AutotuneConfig", "DecodeConfig", "CacheConfig", "World"}
     assert configs <= set(stoker.__all__), configs - set(stoker.__all__)
     assert len(inspect.signature(stoker.Loader).parameters) <= 12
+
+
+def test_transforms_import_as_users_write_them() -> None:
+    from stoker.transforms import CenterCrop, RandomResizedCrop, Resize
+
+    assert stoker.transforms.RandomResizedCrop is RandomResizedCrop
+    assert {CenterCrop, Resize} <= {
+        getattr(stoker.transforms, n) for n in stoker.transforms.__all__
+    }

@@ -1,5 +1,6 @@
 """stoker: keep accelerators fed with training data that lives in object storage."""
 
+from stoker import transforms
 from stoker.core.metrics import Stage
 from stoker.errors import (
     CorruptShardError,
@@ -16,7 +17,6 @@ from stoker.errors import (
 from stoker.format.reader import ShardDataset, open_dataset
 from stoker.pack.packer import PackConfig, PackReport, pack
 from stoker.pack.reencode import ImagePolicy
-from stoker.pipeline import transforms
 from stoker.pipeline.autotune import AutotuneConfig
 from stoker.pipeline.config import CacheConfig, DecodeConfig, LoaderOptions, SourceConfig
 from stoker.pipeline.loader import Loader
