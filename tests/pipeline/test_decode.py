@@ -86,3 +86,51 @@ def test_every_decode_failure_is_a_value_error_saying_so() -> None:
                 decode_full(data)
             with pytest.raises(ValueError, match=message):
                 decode_planned(data, CenterCrop(8), random.Random(0))
+
+
+def _smooth_jpeg(width: int, height: int) -> bytes:
+    y, x = np.mgrid[0:height, 0:width]
+    image = np.stack(
+        [
+            127 + 100 * np.sin(x / 37.0),
+            127 + 100 * np.cos(y / 23.0),
+            127 + 90 * np.sin((x + y) / 51.0),
+        ],
+        axis=-1,
+    ).astype(np.uint8)
+    return bytes(simplejpeg.encode_jpeg(image, quality=95, colorspace="RGB"))
+
+
+def test_the_resize_stays_close_to_pillows_antialiased_bilinear() -> None:
+    data = _smooth_jpeg(640, 480)
+    full = decode_full(data)
+    for seed in range(8):
+        transform = RandomResizedCrop(224)
+        ours = decode_planned(data, transform, random.Random(seed)).astype(int)
+        left, top, w, h = transform.plan(640, 480, random.Random(seed)).box
+        box = (left, top, left + w, top + h)
+        pillow = np.asarray(full.resize((224, 224), Image.Resampling.BILINEAR, box=box))
+        assert np.abs(ours - pillow.astype(int)).mean() < 4  # of 255: the documented gap
+
+
+def _checkerboard_png(side: int) -> bytes:
+    board = ((np.indices((side, side)).sum(axis=0) % 2) * 255).astype(np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(np.repeat(board[..., None], 3, axis=2)).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def test_antialias_averages_a_small_shrink() -> None:
+    # 100 -> 64 pixels of a one-pixel checkerboard: sampling aliases, averaging is grey.
+    data = _checkerboard_png(100)
+    rng = random.Random(0)
+    sampled = decode_planned(data, Resize((64, 64)), rng)
+    averaged = decode_planned(data, Resize((64, 64), antialias=True), rng)
+    assert abs(float(averaged.mean()) - 127.5) < 3
+    assert averaged.std() < sampled.std() / 2
+
+
+def test_a_shrink_of_2x_or_more_is_averaged_anyway() -> None:
+    data = _checkerboard_png(256)
+    image = decode_planned(data, Resize((64, 64)), random.Random(0))
+    assert image.std() < 10  # grey, not a moire of the checks
