@@ -70,7 +70,7 @@ def decode_planned(
         need_h = math.ceil(height * out_h / box_h) if box_h else height
         try:
             decoded = simplejpeg.decode_jpeg(
-                bytes(data),
+                data,  # the fetched buffer itself: simplejpeg reads any buffer, no copy
                 colorspace="RGB",
                 min_width=min(need_w, width),
                 min_height=min(need_h, height),
@@ -141,7 +141,7 @@ def decode_full(data: bytes | memoryview, *, max_pixels: int = DEFAULT_MAX_PIXEL
 
         _jpeg_size(data, max_pixels)
         try:
-            return Image.fromarray(simplejpeg.decode_jpeg(bytes(data), colorspace="RGB"))
+            return Image.fromarray(simplejpeg.decode_jpeg(data, colorspace="RGB"))
         except ValueError as exc:
             raise ValueError(f"cannot decode JPEG: {exc}") from exc
     return _pillow_rgb(data, max_pixels)
@@ -151,7 +151,7 @@ def _jpeg_size(data: bytes | memoryview, max_pixels: int) -> tuple[int, int]:
     import simplejpeg
 
     try:
-        height, width, _, _ = simplejpeg.decode_jpeg_header(bytes(data))
+        height, width, _, _ = simplejpeg.decode_jpeg_header(data)
     except ValueError as exc:
         raise ValueError(f"cannot decode JPEG: {exc}") from exc
     _check_pixels(width, height, max_pixels)
