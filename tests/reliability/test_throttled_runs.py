@@ -6,9 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from stoker.testing.throttled import put_objects, run_throttled_downloads
+from stoker.pack.packer import PackConfig, pack
+from stoker.testing.images import write_image_folder
+from stoker.testing.throttled import put_objects, run_throttled_downloads, run_throttled_ranks
 
 LIMIT_PER_S = 150.0
+CHILD = Path(__file__).with_name("throttled_rank_child.py")
 
 
 @pytest.mark.slow
@@ -31,3 +34,29 @@ def test_two_downloads_of_one_prefix_stay_under_its_limit(
         counters = report["requests"]
         assert counters["throttles"] > 0  # the limit was found ...
         assert counters["shaping.rate_per_s"] > 0  # ... and the rate shaped to it
+
+
+@pytest.mark.slow
+def test_eight_loader_ranks_on_one_node_read_exactly_once_under_the_limit(
+    s3_bucket, s3_server, tmp_path: Path
+) -> None:
+    """Eight loader processes (ranks 0-7 of 8) read one epoch of a dataset in one prefix,
+    one ranged read per sample, through a 150 requests/s limit: every sample delivered
+    exactly once, and fewer than 10 % of the requests throttled."""
+    samples = 1600
+    write_image_folder(tmp_path / "src", files=samples, classes=8, width=32, height=24)
+    url = f"{s3_bucket.url}/ds"
+    pack(
+        tmp_path / "src",
+        url,
+        config=PackConfig(samples_per_shard=4),
+        storage_options=s3_bucket.options(),
+    )
+    run = run_throttled_ranks(
+        s3_server, url, tmp_path, child=CHILD, samples=samples, requests_per_s=LIMIT_PER_S
+    )
+    assert run.exit_codes == [0] * 8, run.errors
+    assert all(len(ids) == samples // 8 for ids in run.delivered)
+    assert run.exactly_once
+    assert run.throttled > 0  # the limit was reached ...
+    assert run.throttled_share < 0.10, run.to_dict()  # ... and the ranks kept to it

@@ -141,13 +141,54 @@ def test_a_cap_paces_requests() -> None:
 
     async def take(n: int) -> float:
         start = time.monotonic()
-        waited = [await s.acquire() for _ in range(n)]
+        waited = []
+        for _ in range(n):
+            waited.append(await s.acquire())
+            s.release()
         assert sum(w for _, w in waited) > 0
         return time.monotonic() - start
 
     elapsed = asyncio.run(take(41))
     assert 0.17 < elapsed < 0.6  # 40 tokens at 200/s after the first
     assert s.waits > 0
+
+
+def test_requests_in_flight_start_in_a_window_that_grows_with_each_success() -> None:
+    s = PrefixShaper(policy=ShapingPolicy())
+
+    async def run() -> None:
+        for _ in range(8):  # the initial window
+            await s.acquire()
+        ninth = asyncio.ensure_future(s.acquire())
+        await asyncio.sleep(0.01)
+        assert not ninth.done()
+        s.succeeded()  # the window grows by one: the ninth goes
+        await asyncio.wait_for(ninth, 1.0)
+        tenth, eleventh = (asyncio.ensure_future(s.acquire()) for _ in range(2))
+        await asyncio.sleep(0.01)
+        assert not tenth.done()
+        s.release()  # one done without success: its place goes to the next
+        await asyncio.wait_for(tenth, 1.0)
+        assert not eleventh.done()
+        s.throttled(0.0)  # the first throttle: the rate governs, the window goes
+        await asyncio.wait_for(eleventh, 1.0)
+
+    asyncio.run(run())
+
+
+def test_a_cancelled_waiter_passes_its_place_on() -> None:
+    s = PrefixShaper(policy=ShapingPolicy())
+
+    async def run() -> None:
+        for _ in range(8):
+            await s.acquire()
+        first, second = (asyncio.ensure_future(s.acquire()) for _ in range(2))
+        await asyncio.sleep(0.01)
+        s.release()  # wakes the first, which is cancelled before it runs
+        first.cancel()
+        await asyncio.wait_for(second, 1.0)
+
+    asyncio.run(run())
 
 
 def test_shapers_are_shared_per_key_and_take_the_lowest_cap() -> None:

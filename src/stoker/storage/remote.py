@@ -170,23 +170,29 @@ class ObstoreStore(BlockingForms):
 
         async def one_attempt() -> T:
             sent_at, waited_s = await shaper.acquire()
-            if waited_s > 0:
-                self._counters.add("shaping.waits")
-                self._counters.add("shaping.wait_ms", round(waited_s * 1000))
-            async with self._engine.slot():
-                self._counters.add(f"requests.{op}")
-                try:
-                    result = await self._engine.track(attempt())
-                except Exception as exc:
-                    if classify(exc) == "throttle":
-                        shaper.throttled(sent_at)
-                    else:
-                        shaper.succeeded()  # the server answered: it was not over its limit
+            try:
+                async with self._engine.slot():
+                    if shaper.outdated(sent_at):  # throttled while this one waited for a slot
+                        sent_at, more_s = await shaper.take_token()
+                        waited_s += more_s
+                    if waited_s > 0:
+                        self._counters.add("shaping.waits")
+                        self._counters.add("shaping.wait_ms", round(waited_s * 1000))
+                    self._counters.add(f"requests.{op}")
+                    try:
+                        result = await self._engine.track(attempt())
+                    except Exception as exc:
+                        if classify(exc) == "throttle":
+                            shaper.throttled(sent_at)
+                        else:
+                            shaper.succeeded()  # the server answered: not over its limit
+                        self._report(shaper)
+                        raise
+                    shaper.succeeded()
                     self._report(shaper)
-                    raise
-                shaper.succeeded()
-                self._report(shaper)
-                return result
+                    return result
+            finally:
+                shaper.release()
 
         try:
             return await call_with_retries(

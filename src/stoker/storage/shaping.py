@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
 import random
 import time
@@ -46,6 +47,8 @@ logger = logging.getLogger(__name__)
 
 _WINDOW_S = 1.0  # the window the admitted rate is measured over
 _MAX_SLEEP_S = 0.05  # a waiter re-reads the rate at least this often
+_INITIAL_WINDOW = 8  # requests in flight per prefix before the first success
+_OPEN_WINDOW = 1024  # a window this large is no bound: drop it
 _MIN_ESTIMATE_S = 0.1  # the first estimate of the admitted rate is over at least this long
 
 
@@ -127,6 +130,11 @@ class PrefixShaper:
         self._last_refill = clock()
         self._admitted: collections.deque[float] = collections.deque()
         self._lock = asyncio.Lock()
+        # Until the first throttle, requests in flight are bounded by a window that grows
+        # by one with each success (doubling every round trip), as TCP's slow start does.
+        self._window: int | None = _INITIAL_WINDOW
+        self._in_flight = 0
+        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
 
     @property
     def rate(self) -> float | None:
@@ -145,35 +153,77 @@ class PrefixShaper:
             self._admitted.popleft()
 
     async def acquire(self) -> tuple[float, float]:
-        """Wait for a token; return the time the request may be sent (for :meth:`throttled`)
-        and the seconds waited."""
+        """Wait for room in the window and a token; return the time the request may be sent
+        (for :meth:`throttled`) and the seconds waited. Call :meth:`release` when the
+        request is done, however it ends."""
         start = self._clock()
-        if self.rate is None:
-            return start, 0.0
-        async with self._lock:
-            while True:
-                now = self._clock()
-                rate = self.rate
-                if rate is None:
-                    break
-                capacity = max(1.0, rate * self.policy.burst_s)
-                self._tokens = min(capacity, self._tokens + (now - self._last_refill) * rate)
-                self._last_refill = now
-                if self._tokens >= 1.0:
-                    self._tokens -= 1.0
-                    break
-                await asyncio.sleep(min((1.0 - self._tokens) / rate, _MAX_SLEEP_S))
+        await self._enter_window()
+        try:
+            return await self.take_token(start)
+        except BaseException:
+            self.release()
+            raise
+
+    async def take_token(self, start: float | None = None) -> tuple[float, float]:
+        """Wait for a token alone (the request already holds its place in the window)."""
+        now = start = self._clock() if start is None else start
+        if self.rate is not None:
+            async with self._lock:
+                while (rate := self.rate) is not None:
+                    now = self._clock()
+                    capacity = max(1.0, rate * self.policy.burst_s)
+                    self._tokens = min(capacity, self._tokens + (now - self._last_refill) * rate)
+                    self._last_refill = now
+                    if self._tokens >= 1.0:
+                        self._tokens -= 1.0
+                        break
+                    await asyncio.sleep(min((1.0 - self._tokens) / rate, _MAX_SLEEP_S))
+        now = self._clock()
         waited = now - start
         if waited > 0:
             self.waits += 1
             self.wait_s += waited
         return now, waited
 
+    async def _enter_window(self) -> None:
+        while self._window is not None and self._in_flight >= self._window:
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            try:
+                await waiter
+            finally:
+                if not waiter.done() or waiter.cancelled():
+                    with contextlib.suppress(ValueError):
+                        self._waiters.remove(waiter)
+                self._wake()  # pass a wake-up on if this waiter was cancelled
+        self._in_flight += 1
+
+    def release(self) -> None:
+        """A request that :meth:`acquire` let through is done."""
+        self._in_flight -= 1
+        self._wake()
+
+    def _wake(self) -> None:
+        free = len(self._waiters) if self._window is None else self._window - self._in_flight
+        while self._waiters and free > 0:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                free -= 1
+
+    def outdated(self, sent_at: float) -> bool:
+        """Whether the rate decreased since a token was taken at ``sent_at``: a request that
+        has not been sent yet should take a new one."""
+        return sent_at < self._last_decrease
+
     def succeeded(self) -> None:
         """Count a request the server served (any answer but a throttle)."""
         now = self._clock()
         self._admitted.append(now)
         self._expire(now)
+        if self._window is not None:
+            self._window = self._window + 1 if self._window < _OPEN_WINDOW else None
+            self._wake()
         if self._rate is None:
             return
         elapsed = now - self._last_update
@@ -208,6 +258,8 @@ class PrefixShaper:
             base = self.rate or 0.0
             self._slow_start = False
         self._last_throttled_rate = base
+        self._window = None  # the rate governs from now on
+        self._wake()
         self._rate = max(policy.min_requests_per_s, base * policy.decrease_factor)
         jitter = self._rng.uniform(0.75, 1.25)
         self._increase_per_s = base * (1.0 - policy.decrease_factor) / policy.recovery_s * jitter

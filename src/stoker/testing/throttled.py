@@ -1,9 +1,12 @@
-"""Several `stoker download` processes against one prefix behind a throttling proxy.
+"""Processes sharing one prefix behind a throttling proxy: the rate-shaping scenarios.
 
-The scenario of the rate-shaping test and benchmark: ``objects`` small objects under one
-prefix of a bucket on a local S3 server, and ``processes`` concurrent ``stoker download``
-commands each copying all of them, through a `~stoker.testing.netproxy.NetProxy` that admits
-``requests_per_s`` per prefix and answers ``503 SlowDown`` beyond.
+Both run against a local S3 server through a `~stoker.testing.netproxy.NetProxy` that admits
+``requests_per_s`` per prefix and answers ``503 SlowDown`` beyond:
+
+* `run_throttled_downloads`: ``objects`` small objects under one prefix, and ``processes``
+  concurrent ``stoker download`` commands each copying all of them;
+* `run_throttled_ranks`: a packed dataset under one prefix, and ``ranks`` loader processes
+  on one node each reading its share of one epoch.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +27,14 @@ from stoker.storage import open_store
 from stoker.testing.netproxy import LinkConfig, NetProxy, RateLimitConfig
 from stoker.testing.seaweed import SeaweedServer
 
-__all__ = ["ThrottledRun", "object_bytes", "put_objects", "run_throttled_downloads"]
+__all__ = [
+    "RanksRun",
+    "ThrottledRun",
+    "object_bytes",
+    "put_objects",
+    "run_throttled_downloads",
+    "run_throttled_ranks",
+]
 
 PREFIX = "dl"
 
@@ -182,4 +193,119 @@ def run_throttled_downloads(
         files_intact=intact,
         exit_codes=[child.returncode for child in children],
         reports=reports,
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RanksRun:
+    """What the proxy and the ranks saw.
+
+    Attributes:
+        ranks: Loader processes.
+        samples: Samples in the dataset.
+        limit_per_s: The proxy's limit per prefix.
+        requests: Requests the proxy saw.
+        throttled: Of those, answered 503 SlowDown.
+        admitted_per_s: Requests admitted per second, first request to last.
+        seconds: Wall time from starting the processes to the last one's exit.
+        delivered: Sample ids each rank delivered, in order.
+        exit_codes: Each process's exit status.
+        errors: Each failed process's last lines of stderr.
+    """
+
+    ranks: int
+    samples: int
+    limit_per_s: float
+    requests: int
+    throttled: int
+    admitted_per_s: float
+    seconds: float
+    delivered: list[list[int]]
+    exit_codes: list[int]
+    errors: list[str]
+
+    @property
+    def throttled_share(self) -> float:
+        """Throttled requests as a share of all requests."""
+        return self.throttled / self.requests if self.requests else 0.0
+
+    @property
+    def exactly_once(self) -> bool:
+        """Whether the ranks together delivered every sample exactly once."""
+        return sorted(i for ids in self.delivered for i in ids) == list(range(self.samples))
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (the delivered ids left out)."""
+        return {
+            "ranks": self.ranks,
+            "samples": self.samples,
+            "limit_per_s": self.limit_per_s,
+            "requests": self.requests,
+            "throttled": self.throttled,
+            "throttled_share": round(self.throttled_share, 4),
+            "admitted_per_s": round(self.admitted_per_s, 1),
+            "admitted_vs_limit": round(self.admitted_per_s / self.limit_per_s, 3),
+            "seconds": round(self.seconds, 2),
+            "exactly_once": self.exactly_once,
+            "exit_codes": self.exit_codes,
+        }
+
+
+def run_throttled_ranks(
+    server: SeaweedServer,
+    dataset_url: str,
+    work: Path,
+    *,
+    child: Path,
+    samples: int,
+    ranks: int = 8,
+    requests_per_s: float = 150.0,
+    batch_size: int = 20,
+    extra_options: Mapping[str, Any] | None = None,
+) -> RanksRun:
+    """Run ``ranks`` loader processes (``python CHILD SPEC_JSON``), one epoch each, of the
+    dataset at ``dataset_url`` (one prefix) through a proxy limiting it to
+    ``requests_per_s``. ``child`` writes ``{"ids": [...]}`` to the spec's ``out``;
+    ``extra_options`` join the storage options it is handed."""
+    limit = RateLimitConfig(requests_per_s=requests_per_s)
+    link = LinkConfig(rtt_s=0.0, connect_rtts=0.0)
+    with NetProxy("127.0.0.1", server.port, link=link, rate_limit=limit) as proxy:
+        specs = [
+            {
+                "url": dataset_url,
+                "options": {**server.storage_options(proxy.endpoint), **(extra_options or {})},
+                "rank": rank,
+                "world_size": ranks,
+                "batch_size": batch_size,
+                "out": str(work / f"rank{rank}.json"),
+            }
+            for rank in range(ranks)
+        ]
+        started = time.monotonic()
+        children = [
+            subprocess.Popen(
+                [sys.executable, str(child), json.dumps(spec)],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for spec in specs
+        ]
+        errors = [child.communicate()[1][-3000:] for child in children]
+        seconds = time.monotonic() - started
+        stats = proxy.stats()
+        counts = list(proxy.prefix_counts().values())
+    outs = [work / f"rank{rank}.json" for rank in range(ranks)]
+    delivered = [json.loads(out.read_text())["ids"] if out.is_file() else [] for out in outs]
+    return RanksRun(
+        ranks=ranks,
+        samples=samples,
+        limit_per_s=requests_per_s,
+        requests=stats.requests,
+        throttled=stats.throttled,
+        admitted_per_s=max((c.admitted_per_s for c in counts), default=0.0),
+        seconds=seconds,
+        delivered=delivered,
+        exit_codes=[child.returncode for child in children],
+        errors=[e for child, e in zip(children, errors, strict=True) if child.returncode],
     )
