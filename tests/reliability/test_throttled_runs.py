@@ -7,7 +7,13 @@ from pathlib import Path
 import pytest
 
 from stoker.pack.packer import PackConfig, pack
+from stoker.pipeline.loader import Loader
+from stoker.pipeline.order import OrderConfig
+from stoker.pipeline.transforms import RandomResizedCrop
+from stoker.profile.advice import format_diagnosis
+from stoker.profile.doctor import diagnose
 from stoker.testing.images import write_image_folder
+from stoker.testing.netproxy import NetProxy, RateLimitConfig
 from stoker.testing.throttled import put_objects, run_throttled_downloads, run_throttled_ranks
 
 LIMIT_PER_S = 150.0
@@ -60,3 +66,38 @@ def test_eight_loader_ranks_on_one_node_read_exactly_once_under_the_limit(
     assert run.exactly_once
     assert run.throttled > 0  # the limit was reached ...
     assert run.throttled_share < 0.10, run.to_dict()  # ... and the ranks kept to it
+
+
+@pytest.mark.slow
+def test_the_doctor_reports_throttles_and_the_shaped_rate(
+    s3_bucket, s3_server, tmp_path: Path
+) -> None:
+    write_image_folder(tmp_path / "src", files=96, classes=4, width=32, height=24)
+    url = f"{s3_bucket.url}/ds"
+    pack(
+        tmp_path / "src",
+        url,
+        config=PackConfig(samples_per_shard=4),
+        storage_options=s3_bucket.options(),
+    )
+    limit = RateLimitConfig(requests_per_s=40)
+    with (
+        NetProxy("127.0.0.1", s3_server.port, rate_limit=limit) as proxy,
+        Loader(
+            url,
+            batch_size=8,
+            transform=RandomResizedCrop(8),
+            order=OrderConfig(mode="random"),
+            storage_options=s3_bucket.options(proxy.endpoint),
+        ) as loader,
+    ):
+        diagnosis = diagnose(loader, step_s=0.0, warmup_batches=0)
+        throttled = proxy.stats().throttled
+    report = format_diagnosis(diagnosis)
+    assert throttled > 0
+    assert diagnosis.requests["throttles"] > 0
+    rate = diagnosis.request_rates[f"{s3_bucket.name}/ds"]
+    assert 1 <= rate <= 200
+    assert "Throttled: the store answered" in report
+    assert f"{s3_bucket.name}/ds at" in report
+    assert diagnosis.to_dict()["request_rates"] == {f"{s3_bucket.name}/ds": round(rate, 1)}

@@ -134,7 +134,8 @@ def _store_advice(d: Diagnosis, loader: Loader) -> list[str]:
     if retries:
         advice.append(
             f"{retries} requests were retried ({d.requests.get('throttles', 0)} throttled): "
-            "spread shards over prefixes or lower the request rate."
+            "spread shards over prefixes (`stoker pack --prefixes N`) or lower the request "
+            "rate (StorageOptions(max_requests_per_s=...))."
         )
     advice.append(
         "Run next to the data: a training job in the bucket's region sees a few ms per "
@@ -159,6 +160,16 @@ def format_diagnosis(diagnosis: Diagnosis) -> str:
         f"decode threads: {d.load['decode_busy']:.1f} busy on average ({d.num_threads} at the "
         "end); "
         f"CPU {100 * d.load['cpu']:.0f}% (machine load {d.load['machine']:.1f} per core).",
+    ]
+    throttles = d.requests.get("throttles", 0)
+    if throttles:
+        sent = sum(v for k, v in d.requests.items() if k.startswith("requests."))
+        rates = ", ".join(f"{prefix} at {rate:,.0f}/s" for prefix, rate in d.request_rates.items())
+        lines.append(
+            f"  Throttled: the store answered {throttles} of {sent} requests 503 SlowDown or "
+            "429 (its per-prefix limit)" + (f"; requests now shaped to {rates}." if rates else ".")
+        )
+    lines += [
         "",
         f"  {'stage':<15}{'seconds':>9}{'calls':>8}{'items':>9}{'bytes':>11}",
     ]

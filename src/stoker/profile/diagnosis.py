@@ -43,6 +43,8 @@ class Diagnosis:
         first_batch_s: Time from the start to the first batch.
         stages: Each stage's totals over the measured window.
         requests: Store counters over the measured window.
+        request_rates: For each prefix the store throttled (``BUCKET/PREFIX``), the request
+            rate the client shaped itself to by the end, in requests per second.
         origin_s: Start of the run on the ``perf_counter`` clock.
         window_start_s: Start of the measured window, on the same clock.
         events: The loader's timeline (``Loader.events``) over the whole run.
@@ -66,6 +68,7 @@ class Diagnosis:
     first_batch_s: float
     stages: dict[str, StageTotals] = field(default_factory=dict)
     requests: dict[str, int] = field(default_factory=dict)
+    request_rates: dict[str, float] = field(default_factory=dict)
     origin_s: float = 0.0
     window_start_s: float = 0.0
     events: tuple[TraceEvent, ...] = ()
@@ -97,4 +100,5 @@ class Diagnosis:
             "images_per_s": round(self.images_per_s, 1),
             "stages": {k: v.to_dict() for k, v in self.stages.items()},
             "requests": self.requests,
+            "request_rates": {k: round(v, 1) for k, v in self.request_rates.items()},
         }

@@ -203,6 +203,19 @@ class _Measured:
     events: tuple[TraceEvent, ...]
 
 
+def _request_rates(loader: Loader) -> dict[str, float]:
+    """The shaped rate of each prefix the loader's stores were throttled on."""
+    rates: dict[str, float] = {}
+    for dataset in loader.source.datasets:
+        for (_, bucket, prefix), (
+            throttles,
+            rate,
+        ) in dataset.store.engine.shapers.snapshot().items():
+            if throttles and rate is not None:
+                rates["/".join(p for p in (bucket, prefix) if p)] = rate
+    return rates
+
+
 def _conclude(loader: Loader, m: _Measured) -> Diagnosis:
     def seconds(stage: str) -> float:
         return m.stages.get(stage, StageTotals()).seconds
@@ -268,6 +281,7 @@ def _conclude(loader: Loader, m: _Measured) -> Diagnosis:
         first_batch_s=m.first_batch_s,
         stages=m.stages,
         requests=m.requests,
+        request_rates=_request_rates(loader),
         origin_s=m.origin_s,
         window_start_s=m.window_start_s,
         events=m.events,
