@@ -134,6 +134,7 @@ def test_non_adaptive_policy_counts_throttles_and_keeps_the_cap() -> None:
     s.succeeded()
     s.throttled(clock.now)
     assert (s.throttles, s.rate) == (1, 50.0)
+    assert s._window is None  # no slow start of the requests in flight either
 
 
 def test_a_cap_paces_requests() -> None:
