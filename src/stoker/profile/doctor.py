@@ -29,6 +29,7 @@ from stoker.core.metrics import Stage, StageTotals, TraceEvent
 from stoker.pipeline.loader import Loader
 from stoker.profile.advice import advise
 from stoker.profile.diagnosis import Bottleneck, Diagnosis
+from stoker.storage.url import parse_url
 
 __all__ = ["INPUT_BOUND_SHARE", "STAGE_OF", "Bottleneck", "Diagnosis", "diagnose"]
 
@@ -204,14 +205,14 @@ class _Measured:
 
 
 def _request_rates(loader: Loader) -> dict[str, float]:
-    """The shaped rate of each prefix the loader's stores were throttled on."""
+    """The shaped rate of each prefix of the loader's datasets that was throttled."""
     rates: dict[str, float] = {}
     for dataset in loader.source.datasets:
-        for (_, bucket, prefix), (
-            throttles,
-            rate,
-        ) in dataset.store.engine.shapers.snapshot().items():
-            if throttles and rate is not None:
+        url = parse_url(dataset.url)
+        shapers = dataset.store.engine.shapers.snapshot()
+        for (_, bucket, prefix), (throttles, rate) in shapers.items():
+            inside = prefix == url.prefix or prefix.startswith(f"{url.prefix}/")
+            if bucket == url.bucket and inside and throttles and rate is not None:
                 rates["/".join(p for p in (bucket, prefix) if p)] = rate
     return rates
 

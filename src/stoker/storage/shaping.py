@@ -150,11 +150,6 @@ class PrefixShaper:
             return self.cap
         return self._rate if self.cap is None else min(self._rate, self.cap)
 
-    def admitted_per_s(self) -> float:
-        """Requests that succeeded over the last second, per second."""
-        self._expire(self._clock())
-        return len(self._admitted) / _WINDOW_S
-
     def _expire(self, now: float) -> None:
         while self._admitted and self._admitted[0] < now - _WINDOW_S:
             self._admitted.popleft()
