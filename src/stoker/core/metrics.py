@@ -60,9 +60,10 @@ class Stage(StrEnum):
     INDEX = "index"
     #: Ranged reads of a chunk of samples, on the I/O engine.
     FETCH = "fetch"
-    #: Decoding images (and the built-in transforms, which decode only what they keep).
+    #: Decoding images (and the built-in transforms, which decode only what they keep), in
+    #: CPU seconds of the decode threads: waits for the GIL or for a core are not decoding.
     DECODE = "decode"
-    #: The user's transform callable, and nothing else.
+    #: The user's transform callable, and nothing else (wall time: its waits are its own).
     TRANSFORM = "transform"
     #: Assembling a batch's dict from its decoded samples.
     COLLATE = "collate"

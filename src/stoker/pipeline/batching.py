@@ -238,11 +238,9 @@ class BatchAssembler:
         done = []
         try:
             for number in pending.process_tasks:
-                results, seconds, transform_s = self._processes.collect(number, pending.slot)
+                results, decode_s, transform_s = self._processes.collect(number, pending.slot)
                 items = len(results)
-                self.stages.record(
-                    Stage.DECODE, seconds - transform_s, items=items, lane="processes"
-                )
+                self.stages.record(Stage.DECODE, decode_s, items=items, lane="processes")
                 if transform_s:
                     self.stages.record(Stage.TRANSFORM, transform_s, items=items, lane="processes")
                 if pending.out is not None:
@@ -263,7 +261,7 @@ class BatchAssembler:
         first: int,
         stop: int,
     ) -> list[tuple[int, Any]]:
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.thread_time()
         results: list[tuple[int, Any]] = []
         # Only a user's callable is timed apart; a built-in transform is part of decoding.
         timer = None if self.decoder.planned else TransformTimer()
@@ -276,7 +274,11 @@ class BatchAssembler:
                 results.append((n, exc))
         seconds = time.perf_counter() - started
         spent = timer.seconds if timer is not None else 0.0
-        self.stages.record(Stage.DECODE, seconds - spent, start_s=started, items=stop - first)
+        # Decoding in CPU seconds: a Python transform holding the GIL in another thread
+        # stretches this thread's wall time, and must not be billed to the decoder.
+        decode_cpu = time.thread_time() - cpu_started
+        decode_cpu -= timer.cpu_seconds if timer is not None else 0.0
+        self.stages.record(Stage.DECODE, decode_cpu, start_s=started, items=stop - first)
         if spent:  # drawn after the slice's decodes on a timeline
             self.stages.record(
                 Stage.TRANSFORM, spent, start_s=started + seconds - spent, items=stop - first

@@ -27,8 +27,8 @@ class LoaderStats:
         stages: Time, calls, items and bytes per stage, keyed by
             :class:`~stoker.core.metrics.Stage` (a string): ``index`` (opening the
             dataset), ``fetch`` (a read group's requests, on the I/O engine), ``decode``
-            (decode and built-in transform, per batch slice), ``transform`` (a user
-            callable, and only it), ``collate`` (assembling a batch), ``wait.fetch`` and
+            (decode and built-in transform, per batch slice, in CPU seconds), ``transform``
+            (a user callable, and only it), ``collate`` (assembling a batch), ``wait.fetch`` and
             ``wait.decode`` (the pipeline thread blocked on either), ``consumer.wait`` and
             ``consumer.step``.
         epoch_samples: Samples per epoch on this rank (padding included).

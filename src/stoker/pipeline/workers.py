@@ -52,13 +52,15 @@ _POLL_S = 1.0  # how often a waiting side checks that the other is alive
 
 
 class TransformTimer:
-    """Seconds spent in a user's transform callable, added up by the decoder that calls it,
-    so that decoding and the user's own code are timed apart."""
+    """Time spent in a user's transform callable, added up by the decoder that calls it, so
+    that decoding and the user's own code are timed apart: ``seconds`` of wall time (a
+    transform that sleeps or waits shows it) and the ``cpu_seconds`` of it this thread ran."""
 
-    __slots__ = ("seconds",)
+    __slots__ = ("cpu_seconds", "seconds")
 
     def __init__(self) -> None:
         self.seconds = 0.0
+        self.cpu_seconds = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,11 +136,12 @@ class SampleDecoder:
             return np.asarray(image)
         if timer is None:
             return self.transform(image)
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.thread_time()
         try:
             return self.transform(image)
         finally:
             timer.seconds += time.perf_counter() - started
+            timer.cpu_seconds += time.thread_time() - cpu_started
 
 
 class WorkerError(RuntimeError):
@@ -182,7 +185,7 @@ def _worker_main(
         if task is None:
             return
         try:
-            started = time.perf_counter()
+            cpu_started = time.thread_time()
             timer = TransformTimer()
             out: list[tuple[int, str, Any]] = []
             for position, index, fields in task.items:
@@ -204,8 +207,8 @@ def _worker_main(
                 else:
                     out.append((position, "inline", value))
                 del place
-            elapsed = time.perf_counter() - started
-            results.put(("done", task.task, (out, elapsed, timer.seconds)))
+            decode_cpu = time.thread_time() - cpu_started - timer.cpu_seconds
+            results.put(("done", task.task, (out, decode_cpu, timer.seconds)))
         except BaseException as exc:  # sent to the consumer, which re-raises it
             results.put(
                 ("failed", task.task, f"{type(exc).__name__}: {exc}\n" + traceback.format_exc())
@@ -317,9 +320,9 @@ class ProcessDecoder:
         return task
 
     def collect(self, task: int, slot: int) -> tuple[list[tuple[int, Any]], float, float]:
-        """Wait for a task: ``(position, array or ValueError)`` per sample, the seconds its
-        worker spent, and the part of them spent in a user transform. Arena results are
-        copied out of shared memory.
+        """Wait for a task: ``(position, array or ValueError)`` per sample, the CPU seconds
+        its worker spent outside a user transform, and the seconds spent in one. Arena
+        results are copied out of shared memory.
 
         Raises:
             WorkerError: The task raised in its worker (with the worker's traceback), or a
