@@ -213,3 +213,19 @@ def test_a_malformed_credentials_file_is_named_never_quoted(
     with pytest.raises(CredentialsError) as caught:
         open_store("s3://bucket/").list_dir("")
     assert CANARY not in _error_text(caught.value)
+
+
+def test_a_password_in_the_endpoint_url_is_never_shown(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    endpoint = f"http://user:{CANARY}@127.0.0.1:9"  # nothing listens on the discard port
+    env = {"AWS_ACCESS_KEY_ID": "a", "AWS_SECRET_ACCESS_KEY": "b", "AWS_REGION": "us-east-1"}
+    result = CliRunner().invoke(
+        cli, ["-vv", "--endpoint-url", endpoint, "ls", "s3://bucket/"], env=env
+    )
+    assert result.exit_code != 0
+    everything = _everything(result, caplog)
+    assert CANARY not in everything
+    assert "http://***@127.0.0.1:9" in everything  # the endpoint is still named
+    options = StorageOptions(endpoint_url=endpoint, access_key_id="a", secret_access_key="b")
+    assert CANARY not in repr(options)
+    assert CANARY not in repr(open_store("s3://bucket/", storage_options=options))

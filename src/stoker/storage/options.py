@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from stoker.storage.retry import RetryPolicy
 from stoker.storage.shaping import ShapingPolicy
+from stoker.storage.url import redact_userinfo
 
 AddressingStyle = Literal["auto", "path", "virtual"]
 
@@ -81,6 +82,17 @@ class StorageOptions:
     max_requests_per_s: float | None = None
     shaping: ShapingPolicy = field(default_factory=ShapingPolicy)
     extra: Mapping[str, str] = field(default_factory=dict, repr=False)
+
+    def __repr__(self) -> str:
+        # The dataclass repr, less secrets: an endpoint's user:password@ shows as ***@.
+        shown = []
+        for f in fields(self):
+            if f.repr:
+                value = getattr(self, f.name)
+                if f.name == "endpoint_url" and value is not None:
+                    value = redact_userinfo(value)
+                shown.append(f"{f.name}={value!r}")
+        return f"StorageOptions({', '.join(shown)})"
 
     def __post_init__(self) -> None:
         if self.addressing_style not in ("auto", "path", "virtual"):

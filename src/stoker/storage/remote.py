@@ -34,7 +34,7 @@ from stoker.storage.options import StorageOptions
 from stoker.storage.retry import RETRYABLE, ShortBodyError, call_with_retries, classify
 from stoker.storage.s3 import NativeConfig
 from stoker.storage.shaping import PrefixShaper, prefix_of
-from stoker.storage.url import StorageUrl
+from stoker.storage.url import StorageUrl, redact_userinfo
 
 T = TypeVar("T")
 
@@ -110,7 +110,7 @@ class ObstoreStore(BlockingForms):
     ) -> None:
         self._native = native.store
         self._source = native.credentials_source
-        self._endpoint = native.endpoint
+        self._endpoint = redact_userinfo(native.endpoint)  # for messages: never a password
         self._url = url
         self._options = options
         self._engine = engine or default_engine()

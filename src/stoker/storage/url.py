@@ -77,3 +77,18 @@ def parse_url(url: str | os.PathLike[str]) -> StorageUrl:
     if not bucket:
         raise ValueError(f"{text!r} names no bucket; expected {scheme}://BUCKET[/PREFIX]")
     return StorageUrl(scheme, bucket, parts.path.strip("/"))
+
+
+def redact_userinfo(url: str) -> str:
+    """``url`` with any ``user:password@`` before its host shown as ``***@``, for messages.
+
+    An endpoint may carry credentials (``http://user:PW@host:8333``); nothing stoker prints
+    may show them.
+    """
+    if not url or "@" not in url:
+        return url
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    return parts._replace(netloc=f"***@{host}").geturl()
