@@ -212,6 +212,10 @@ def _summary(report: TransferReport, as_json: bool) -> None:
         f"{format_bytes(report.bytes_per_s)}/s; {report.files_skipped} already complete, "
         f"{len(report.failures)} failed; retries: {report.requests.get('retries', 0)}."
     )
+    if report.not_regular:
+        click.echo(f"Skipped {len(report.not_regular)} entries that are not regular files:")
+        for key, what in report.not_regular:
+            click.echo(f"  {key}: {what}")
 
 
 def _run_transfer(run: Callable[[], TransferReport], bar: BarProgress, as_json: bool) -> None:

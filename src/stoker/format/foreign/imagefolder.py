@@ -14,6 +14,7 @@ from stoker.format.foreign.locations import LocationReader, is_remote
 from stoker.format.spec import normalise_extension
 from stoker.storage import StorageOptions, open_store
 from stoker.storage.base import ObjectMeta
+from stoker.storage.files import regular_file_size
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff")
 
@@ -108,7 +109,15 @@ class ImageFolderReader:
             for name in filenames:
                 if name.lower().endswith(IMAGE_EXTENSIONS) and not name.startswith("."):
                     path = Path(dirpath, name)
-                    found.append((path.relative_to(root).as_posix(), path.stat().st_size))
+                    key = path.relative_to(root).as_posix()
+                    size, what = regular_file_size(path)
+                    if size is not None:
+                        found.append((key, size))
+                    elif what == "a dangling symbolic link":
+                        self._problem(key, str(path), what)  # raised, or skipped and listed
+                    else:  # reading a FIFO, socket or device would block: always left out
+                        reason = f"{what}, not a regular file"
+                        self.problems.append({"key": key, "source": str(path), "reason": reason})
         return found, folders
 
     def _list_remote(self) -> tuple[list[tuple[str, int]], list[str]]:

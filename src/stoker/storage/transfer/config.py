@@ -78,6 +78,8 @@ class TransferReport:
         bytes_transferred: Bytes moved in this run.
         seconds: Wall time of the run, listing included.
         failures: ``(key, reason)`` for every file that failed.
+        not_regular: ``(key, what it is)`` for every entry skipped because it is not a
+            regular file (a FIFO, socket or device: reading it would block); uploads only.
         requests: The store's request counters after the run.
     """
 
@@ -90,6 +92,7 @@ class TransferReport:
     bytes_transferred: int = 0
     seconds: float = 0.0
     failures: builtins.list[tuple[str, str]] = field(default_factory=list)
+    not_regular: builtins.list[tuple[str, str]] = field(default_factory=list)
     requests: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -117,6 +120,7 @@ class TransferReport:
             "files_per_s": round(self.files_per_s, 1),
             "bytes_per_s": round(self.bytes_per_s, 1),
             "failures": [{"key": k, "error": e} for k, e in self.failures],
+            "not_regular": [{"key": k, "what": w} for k, w in self.not_regular],
             "requests": self.requests,
         }
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from stoker.storage.base import ObjectMeta
 from stoker.storage.checksum import etag_matches, md5_file, md5_hex
+from stoker.storage.files import regular_file_size
 from stoker.storage.transfer.config import TransferConfig
 
 PARTIAL_SUFFIX = ".stoker-partial"
@@ -104,9 +105,14 @@ def pwrite_all(fd: int, data: memoryview, offset: int) -> None:
         view, offset = view[written:], offset + written
 
 
-def walk(src: Path, config: TransferConfig) -> builtins.list[tuple[str, Path, int]]:
-    """``(key, path, size)`` of each file under ``src`` that ``config`` selects, in order."""
+def walk(
+    src: Path, config: TransferConfig
+) -> tuple[builtins.list[tuple[str, Path, int]], builtins.list[tuple[str, str]]]:
+    """``(key, path, size)`` of each regular file under ``src`` that ``config`` selects, in
+    order, and ``(key, what it is)`` of each selected entry that is not one (a FIFO, a
+    socket, a device, a dangling symbolic link): reading those would block or fail."""
     found = []
+    others = []
     for dirpath, dirnames, filenames in os.walk(src):
         dirnames.sort()
         for name in sorted(filenames):
@@ -114,6 +120,11 @@ def walk(src: Path, config: TransferConfig) -> builtins.list[tuple[str, Path, in
                 continue
             path = Path(dirpath, name)
             key = path.relative_to(src).as_posix()
-            if config.selects(key):
-                found.append((key, path, path.stat().st_size))
-    return found
+            if not config.selects(key):
+                continue
+            size, what = regular_file_size(path)
+            if size is None:
+                others.append((key, what or "not a regular file"))
+            else:
+                found.append((key, path, size))
+    return found, others

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import logging
 import os
 import time
 from collections.abc import Iterable, Iterator
@@ -22,6 +23,8 @@ from stoker.storage.transfer.config import (
     raise_failures,
 )
 from stoker.storage.transfer.local import walk
+
+logger = logging.getLogger(__name__)
 
 
 def upload(
@@ -58,7 +61,13 @@ def upload(
         raise NotADirectoryError(f"{src}: not a directory")
     report = TransferReport(direction="upload", source=str(src), destination=store.url)
     started = time.perf_counter()
-    files = walk(src, config)
+    files, others = walk(src, config)
+    for key, what in others:
+        if what == "a dangling symbolic link":
+            report.failures.append((key, what))  # one failure, not an abort
+        else:
+            logger.warning("%s: skipped, it is %s, not a regular file", src / key, what)
+            report.not_regular.append((key, what))
     report.files_total = len(files)
     store.engine.run(_upload(store, files, config, progress or NoProgress(), report))
     report.seconds = time.perf_counter() - started
