@@ -88,10 +88,12 @@ def test_prefetch_stays_when_the_store_keeps_up() -> None:
 def test_an_autotuned_loader_logs_its_choice_and_keeps_results_exact(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    write_image_folder(tmp_path / "src", files=96, classes=3, width=64, height=48)
+    # Enough batches for the whole search even when a batch takes well under a millisecond
+    # (each window must hold at least window_s of batches).
+    write_image_folder(tmp_path / "src", files=192, classes=3, width=64, height=48)
     pack(tmp_path / "src", tmp_path / "ds", config=PackConfig(samples_per_shard=16))
     caplog.set_level(logging.INFO, logger="stoker.pipeline.autotune")
-    fast = AutotuneConfig(window_s=0.001, min_batches=1, max_threads=4)
+    fast = AutotuneConfig(window_s=0.0001, min_batches=1, max_threads=4)
     with Loader(
         str(tmp_path / "ds"), batch_size=4, transform=RandomResizedCrop(16), autotune=fast
     ) as tuned:
