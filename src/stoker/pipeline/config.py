@@ -133,10 +133,8 @@ class SourceConfig:
     side_tables: Mapping[str, str] | None = None
 
     def __post_init__(self) -> None:
-        several = not isinstance(self.location, str | os.PathLike) and isinstance(
-            self.location, Sequence
-        )
-        count = len(self.location) if several else 1  # type: ignore[arg-type]  # a Sequence
+        location = self.location
+        count = 1 if isinstance(location, str | os.PathLike | ShardDataset) else len(location)
         if count > 1 and self.mix is None:
             raise ValueError(
                 f"{count} datasets given: say how to mix them, with "

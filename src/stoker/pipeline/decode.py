@@ -112,18 +112,17 @@ def _crop_resize(
     shrink = min((x1 - x0) / out_w, (y1 - y0) / out_h)
     area = shrink >= 2 or (antialias and shrink > 1)
     interpolation = cv2.INTER_AREA if area else cv2.INTER_LINEAR
-    crop = pixels[y0:y1, x0:x1]
-    if out is not None and not flip:
-        resized = cv2.resize(crop, (out_w, out_h), dst=out, interpolation=interpolation)
-    else:
-        resized = cv2.resize(crop, (out_w, out_h), interpolation=interpolation)
-        if flip:
-            resized = cv2.flip(resized, 1, dst=out) if out is not None else cv2.flip(resized, 1)
-    # OpenCV returns a new array over ``out``'s memory when it wrote there; else copy in.
-    if out is not None and not np.may_share_memory(resized, out):
+    # Written straight into ``out`` (the batch row) by the last OpenCV call.
+    resized = cv2.resize(
+        pixels[y0:y1, x0:x1], (out_w, out_h), dst=None if flip else out, interpolation=interpolation
+    )
+    if flip:
+        resized = cv2.flip(resized, 1, dst=out)
+    if out is None:
+        return resized
+    if not np.may_share_memory(resized, out):  # OpenCV could not write there: copy in
         out[...] = resized
-        return out
-    return resized if out is not None else np.ascontiguousarray(resized)
+    return out
 
 
 def decode_full(data: bytes | memoryview, *, max_pixels: int = DEFAULT_MAX_PIXELS) -> Any:

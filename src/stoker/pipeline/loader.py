@@ -177,7 +177,7 @@ class Loader:
         self.epoch = 0
         self._position = 0  # batches of this rank's epoch already delivered
         self._segments: list[Segment] = []  # earlier world sizes in this epoch
-        self._last_order: tuple[int, EpochOrder] | None = None
+        self._orders: dict[int, EpochOrder] = {}  # this epoch's and the next (read-ahead)
         self._stats = LoaderStats()
         self._epochs_run = 0  # whole epochs this loader has delivered
         self._progress = ProgressLog(logger)
@@ -195,9 +195,10 @@ class Loader:
     def _order(self, epoch: int | None = None) -> EpochOrder:
         epoch = self.epoch if epoch is None else epoch
         # Asked for at start-up, per iteration, by stats() and the read-ahead: computed once.
-        if self._last_order is None or self._last_order[0] != epoch:
-            self._last_order = (epoch, self.source.epoch_order(self.order_config, epoch))
-        return self._last_order[1]
+        if epoch not in self._orders:
+            self._orders = {e: o for e, o in self._orders.items() if e >= self.epoch}
+            self._orders[epoch] = self.source.epoch_order(self.order_config, epoch)
+        return self._orders[epoch]
 
     def _plan(
         self, epoch: int, position: int = 0, segments: list[Segment] | None = None

@@ -152,9 +152,9 @@ class FetchStream:
         self._next = len(started)
         self._fetched: Fetched = {}
         self._on_drained = on_drained
-        # Padding can repeat a sample: keep it until its last use in this stream.
-        self._uses = Counter(int(i) for ids in plan.wanted() for i in ids)
         wanted = plan.wanted()
+        # Padding can repeat a sample: keep it until its last use in this stream.
+        self._uses = Counter(int(i) for ids in wanted for i in ids)
         self._first_need = chunks_covering(plan.chunks, wanted[0]) if wanted else 0
         self.depth = 1
         self.delivering = False  # set once the first batch is out: then fetch `depth` ahead
