@@ -194,8 +194,7 @@ class Loader:
 
     def _order(self, epoch: int | None = None) -> EpochOrder:
         epoch = self.epoch if epoch is None else epoch
-        # Asked for at start-up, per iteration, by stats() and the read-ahead: computed once.
-        if epoch not in self._orders:
+        if epoch not in self._orders:  # asked for by iteration, stats() and the read-ahead
             self._orders = {e: o for e, o in self._orders.items() if e >= self.epoch}
             self._orders[epoch] = self.source.epoch_order(self.order_config, epoch)
         return self._orders[epoch]
