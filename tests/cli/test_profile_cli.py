@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 from PIL import Image
@@ -13,7 +15,7 @@ from PIL import Image
 from stoker.cli.main import cli
 from stoker.pack.packer import PackConfig, pack
 from stoker.storage.transfer import upload
-from stoker.testing.images import write_image_folder
+from stoker.testing.images import make_jpeg, with_comment, write_image_folder
 
 
 @pytest.fixture(scope="module")
@@ -81,3 +83,26 @@ def test_bench_compare_refuses_loader_options(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["bench", "--compare", str(tmp_path), "--batches", "2"])
     assert result.exit_code == 2
     assert "--compare takes no" in result.output
+
+
+def test_doctor_advice_names_cli_flags(tmp_path: Path) -> None:
+    """Decode-bound on large photos with one thread: the advice is flags to try, never
+    Python, and pack --resize is offered because stored images exceed the output."""
+    rng = np.random.default_rng(3)
+    pool = [make_jpeg(rng, width=1200, height=900, quality=90) for _ in range(2)]
+    for i in range(24):
+        folder = tmp_path / "src" / f"class_{i % 2}"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"img_{i:03d}.jpg").write_bytes(with_comment(pool[i % 2], str(i).encode()))
+    pack(tmp_path / "src", tmp_path / "ds")
+    args = ["doctor", str(tmp_path / "ds"), "--step-ms", "0", "--batch-size", "4"]
+    args += ["--batches", "5", "--threads", "1", "--transform", "center-crop"]
+    result = CliRunner().invoke(cli, [*args, "--out", str(tmp_path / "d.png"), "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["verdict"] == "input-bound: decode", report
+    advice = report["advice"]
+    assert not any("Loader(" in line or "Config(" in line for line in advice), advice
+    if (os.cpu_count() or 1) > 1:
+        assert any(f"--threads {os.cpu_count()}" in line for line in advice), advice
+    assert any("`stoker pack --resize 256`" in line for line in advice), advice

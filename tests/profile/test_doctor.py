@@ -84,7 +84,7 @@ def test_slow_decode(large: str) -> None:
     _check(diagnosis, "input-bound: decode")
     assert diagnosis.dominant_stage == "decode"
     assert diagnosis.wait_shares["decode"] > 0.5
-    assert any("num_threads=" in line for line in diagnosis.advice)
+    assert any("decode=DecodeConfig(threads=" in line for line in diagnosis.advice)
     assert any("RandomResizedCrop" in line for line in diagnosis.advice)
 
 

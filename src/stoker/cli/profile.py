@@ -59,6 +59,16 @@ _with_loader_options = with_options(
         click.option(
             "--threads", type=click.IntRange(1), help="Decode threads (default: autotuned)."
         ),
+        click.option(
+            "--prefetch",
+            type=click.IntRange(1),
+            help="Read groups fetched ahead (default: autotuned within a memory budget).",
+        ),
+        click.option(
+            "--block-size",
+            type=click.IntRange(1),
+            help="Samples per ranged GET (default: about 1 MB of the dataset's samples).",
+        ),
         _with_transform_options,
         click.option(
             "--cache-dir",
@@ -78,17 +88,22 @@ def _open_loader(
     transform_kind: str,
     size: int,
     threads: int | None = None,
+    prefetch: int | None = None,
+    block_size: int | None = None,
     cache_dir: str | None = None,
 ) -> Loader:
     from stoker.pipeline.config import CacheConfig, DecodeConfig
     from stoker.pipeline.loader import Loader
+    from stoker.pipeline.order import OrderConfig
 
     return Loader(
         url,
         batch_size=batch_size,
         seed=seed,
         transform=_transform(transform_kind, size),
+        order=OrderConfig(block_size=block_size) if block_size is not None else None,
         decode=DecodeConfig(threads=threads or "auto"),
+        prefetch=prefetch or "auto",
         cache=CacheConfig(dir=cache_dir),
         storage_options=_storage(ctx),
     )
@@ -162,6 +177,8 @@ def bench_command(
     batch_size: int,
     batches: int | None,
     threads: int | None,
+    prefetch: int | None,
+    block_size: int | None,
     size: int,
     transform_kind: str,
     seed: int,
@@ -186,8 +203,11 @@ def bench_command(
     table and writes a bar chart (--out).
     """
     if compare:
-        if batches is not None or cache_dir is not None or transform_kind != "random-resized-crop":
-            raise click.UsageError("--compare takes no --batches, --cache-dir or --transform")
+        fixed = (batches, cache_dir, prefetch, block_size)
+        if any(v is not None for v in fixed) or transform_kind != "random-resized-crop":
+            raise click.UsageError(
+                "--compare takes no --batches, --cache-dir, --prefetch, --block-size or --transform"
+            )
         from stoker.profile.compare import CompareConfig
 
         config = CompareConfig(
@@ -208,6 +228,8 @@ def bench_command(
         transform_kind=transform_kind,
         size=size,
         threads=threads,
+        prefetch=prefetch,
+        block_size=block_size,
         cache_dir=cache_dir,
     ) as loader:
         result = bench_loader(loader, max_batches=batches)
@@ -309,6 +331,8 @@ def doctor_command(
     seconds: float,
     batches: int | None,
     threads: int | None,
+    prefetch: int | None,
+    block_size: int | None,
     size: int,
     transform_kind: str,
     seed: int,
@@ -340,6 +364,8 @@ def doctor_command(
         transform_kind=transform_kind,
         size=size,
         threads=threads,
+        prefetch=prefetch,
+        block_size=block_size,
         cache_dir=cache_dir,
     ) as loader:
         diagnosis = diagnose(
@@ -348,6 +374,7 @@ def doctor_command(
             max_batches=batches,
             seconds=None if batches else seconds,
             step="spin" if busy_step else "sleep",
+            advice_for="cli",
         )
     png = save_png(render_doctor(diagnosis), out)
     if trace_path:

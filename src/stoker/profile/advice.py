@@ -2,18 +2,23 @@
 
 Advice names the setting to change with the value to try, from what was measured: the
 round trip and size of each read for a slow store, the thread time per sample for slow
-decoding or a slow transform.
+decoding or a slow transform. It is written for where it is read: ``advice_for="cli"``
+names ``stoker doctor`` flags (``--threads 8``), ``"python"`` the Loader's arguments
+(``decode=DecodeConfig(threads=8)``). It agrees with the autotuner: where autotune chose a
+setting, the advice says what it chose and why another value is suggested, if one is.
 """
 
 from __future__ import annotations
 
+import io
 import math
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
+
+from PIL import Image
 
 from stoker.core.metrics import Stage, StageTotals
 from stoker.core.units import format_bytes
-from stoker.pipeline.autotune import default_threads
 from stoker.pipeline.loader import Loader
 from stoker.pipeline.transforms import PlannedTransform
 
@@ -23,12 +28,51 @@ if TYPE_CHECKING:
 #: The doctor suggests at most this many read groups in flight (memory grows with it).
 MAX_SUGGESTED_PREFETCH = 32
 
+#: Who reads the advice: a command line (flags) or Python code (arguments).
+AdviceFor = Literal["python", "cli"]
 
-def advise(diagnosis: Diagnosis, loader: Loader) -> list[str]:
-    """What to change, most useful first, from what ``diagnosis`` measured on ``loader``."""
+#: Samples whose stored size the doctor reads before suggesting ``pack --resize``.
+SIZE_SAMPLES = 8
+
+_IMAGE_FIELDS = ("jpg", "jpeg", "png", "webp")
+
+
+def _pick(advice_for: AdviceFor, python: str, cli: str) -> str:
+    return cli if advice_for == "cli" else python
+
+
+def stored_shorter_side(loader: Loader, samples: int = SIZE_SAMPLES) -> int | None:
+    """The median shorter side of ``samples`` stored images spread over the dataset.
+
+    Reads only their headers' sizes (a few ranged GETs); None when the dataset holds no
+    images or they cannot be read.
+    """
+    dataset = loader.dataset
+    if len(dataset) == 0:
+        return None
+    step = max(1, len(dataset) // samples)
+    sides: list[int] = []
+    try:
+        for sample in dataset.read_many(range(0, len(dataset), step)[:samples]):
+            data = next((sample[f] for f in _IMAGE_FIELDS if f in sample), None)
+            if data is not None:
+                with Image.open(io.BytesIO(data)) as image:
+                    sides.append(min(image.size))
+    except (OSError, ValueError):  # a store or format error: say nothing about sizes
+        return None
+    return sorted(sides)[len(sides) // 2] if sides else None
+
+
+def advise(diagnosis: Diagnosis, loader: Loader, *, advice_for: AdviceFor = "python") -> list[str]:
+    """What to change, most useful first, from what ``diagnosis`` measured on ``loader``.
+
+    Args:
+        diagnosis: What the doctor measured.
+        loader: The loader it measured (its settings and its autotuner's choices).
+        advice_for: Name ``stoker doctor`` flags (``"cli"``) or Python arguments.
+    """
     d = diagnosis
     bottleneck, share, load = d.bottleneck, d.input_bound_share, d.load
-    cores = os.cpu_count() or 1
     empty = StageTotals()
     if bottleneck == "consumer":
         spare = 1.0 - load["decode_threads"]
@@ -39,8 +83,7 @@ def advise(diagnosis: Diagnosis, loader: Loader) -> list[str]:
             "larger batch would use it.",
         ]
     if bottleneck == "store":
-        return _store_advice(d, loader)
-    decode = d.stages.get(Stage.DECODE, empty)
+        return _store_advice(d, loader, advice_for)
     transform = d.stages.get(Stage.TRANSFORM, empty)
     if bottleneck == "transform":
         per = transform.seconds / max(transform.items, 1)
@@ -49,27 +92,47 @@ def advise(diagnosis: Diagnosis, loader: Loader) -> list[str]:
             "Python, holds the GIL: threads cannot run it in parallel.",
             "Use a built-in transform (stoker.transforms.RandomResizedCrop, CenterCrop) where "
             "it does the same job: it decodes only the crop, at a reduced JPEG scale.",
-            'Or run it in worker processes: Loader(method="process") (the transform must be '
-            "picklable: a module-level function or class); or move the augmentation onto "
-            "the accelerator.",
+            'Or run it in worker processes: Loader(decode=DecodeConfig(method="process")) '
+            "(the transform must be picklable: a module-level function or class); or move "
+            "the augmentation onto the accelerator.",
         ]
     if bottleneck == "collate":
         return [
             "Assembling batches dominates: use a transform with a fixed output size "
             "(RandomResizedCrop, CenterCrop) so images are decoded straight into the batch.",
         ]
+    return _decode_advice(d, loader, advice_for)
+
+
+def _decode_advice(d: Diagnosis, loader: Loader, advice_for: AdviceFor) -> list[str]:
+    load = d.load
+    cores = os.cpu_count() or 1
+    decode = d.stages.get(Stage.DECODE, StageTotals())
     per = decode.seconds / max(decode.items, 1)
     advice = [f"Decoding takes {1000 * per:.1f} ms of thread time per sample."]
-    if loader.num_threads < cores:
-        advice.append(
-            f"More decode threads: Loader(num_threads={default_threads()}) "
-            f"(now {loader.num_threads}, on {cores} cores)."
-        )
-    elif load["cpu"] > 0.75:
+    tuner = loader._tuner  # what autotune chose, and whether it could
+    threads = loader.num_threads
+    more = _pick(advice_for, f"Loader(decode=DecodeConfig(threads={cores}))", f"--threads {cores}")
+    if load["cpu"] > 0.75:
         advice.append(
             f"The process keeps {100 * load['cpu']:.0f}% of {cores} cores busy: more threads "
             "will not help; more cores per accelerator, or less work per image, will."
         )
+    elif tuner.tune_threads and tuner.settled:
+        advice.append(
+            f"Autotune settled on {threads} decode threads: one more did not raise images/s "
+            f"by {100 * tuner.config.min_gain:.0f}%, so more threads would not help here; "
+            "less work per image would."
+        )
+    elif tuner.tune_threads:
+        longer = _pick(advice_for, "diagnose(seconds=...)", "--seconds")
+        advice.append(
+            f"Autotune was still choosing the decode threads ({threads} when the "
+            f"measurement ended, on {cores} cores): measure longer ({longer}) to see "
+            "where it settles."
+        )
+    elif threads < cores:
+        advice.append(f"More decode threads: {more} (now {threads}, on {cores} cores).")
     busy_s = load["decode_busy"]  # thread-seconds per second
     on_cpu = load["cpu"] * cores / busy_s if busy_s > 0 else 1.0
     if load["decode_threads"] > 0.5 and on_cpu < 0.6 and load["cpu"] < 0.6:
@@ -81,12 +144,21 @@ def advise(diagnosis: Diagnosis, loader: Loader) -> list[str]:
             f"{load['machine']:.1f} per core): other processes hold them. Give the job its "
             "own cores before tuning stoker.",
         )
-    if isinstance(loader.transform, PlannedTransform):
-        advice.append(
+    transform = loader.transform
+    if isinstance(transform, PlannedTransform):
+        line = (
             "Less work per image: a smaller output size lets the JPEG decode at a smaller "
-            "DCT scale (1/2, 1/4, 1/8); or pack with `stoker pack --resize SHORTER_SIDE` "
-            "so stored images are nearer the training size."
+            "DCT scale (1/2, 1/4, 1/8)."
         )
+        size = transform.output_size
+        target = round(max(size) * 256 / 224) if size is not None else None
+        stored = stored_shorter_side(loader) if target is not None else None
+        if target is not None and stored is not None and stored > target:
+            line += (
+                f" Or pack with `stoker pack --resize {target}`: stored images have a "
+                f"shorter side of about {stored} pixels, the output is {max(size or (0,))}."
+            )
+        advice.append(line)
     else:
         advice.append(
             "Use a built-in RandomResizedCrop or CenterCrop (stoker.transforms): it plans "
@@ -95,7 +167,7 @@ def advise(diagnosis: Diagnosis, loader: Loader) -> list[str]:
     return advice
 
 
-def _store_advice(d: Diagnosis, loader: Loader) -> list[str]:
+def _store_advice(d: Diagnosis, loader: Loader, advice_for: AdviceFor) -> list[str]:
     fetch = d.stages.get(Stage.FETCH, StageTotals())
     latency = fetch.seconds / max(fetch.calls, 1)
     per_fetch = fetch.bytes / max(fetch.calls, 1)
@@ -107,35 +179,54 @@ def _store_advice(d: Diagnosis, loader: Loader) -> list[str]:
     target = loader.batch_size / max(d.step_s, decode_batch_s, 1e-3)  # samples/s wanted
     needed = math.ceil(latency * target / max(group, 1)) + 1
     wanted = min(max(loader.prefetch * 2, needed), MAX_SUGGESTED_PREFETCH)
+    tuner = loader._tuner  # what autotune chose, and why it stopped
+    chosen = ""
+    if tuner.tune_prefetch:
+        budget = tuner.config.max_buffer_bytes
+        chosen = (
+            f" Autotune stopped at {loader.prefetch}, the most its memory budget for reading "
+            f"ahead ({format_bytes(budget)}) allows: in Python, "
+            "Loader(autotune=AutotuneConfig(max_buffer_bytes=...)) raises it."
+            if tuner.prefetch >= tuner.max_prefetch
+            else f" Autotune had chosen {loader.prefetch} when the measurement ended."
+        )
+    prefetch = _pick(advice_for, f"Loader(prefetch={wanted})", f"--prefetch {wanted}")
     advice = [
         f"Each read group ({group} samples, {format_bytes(per_fetch)}) took "
         f"{1000 * latency:.0f} ms to arrive; {format_bytes(rate)}/s came in over the window.",
-        f"More requests in flight: Loader(prefetch={wanted}) (now {loader.prefetch} read "
-        "groups) overlaps more round trips"
+        f"More requests in flight: {prefetch} (now {loader.prefetch} read groups) overlaps "
+        "more round trips"
         + (
             f"; keeping up with this step would take about {needed}, so make reads bigger too."
             if needed > wanted
             else "."
-        ),
+        )
+        + chosen,
     ]
     if per_fetch < 4_000_000:
         bigger = max(loader.order_config.blocks * 4, 1)
+        setting = _pick(
+            advice_for, f"Loader(order=OrderConfig(block_size={bigger}))", f"--block-size {bigger}"
+        )
         advice.append(
-            f"Bigger reads: OrderConfig(block_size={bigger}) (now "
-            f"{loader.order_config.blocks} samples per ranged GET) pays each round trip "
-            "for more bytes."
+            f"Bigger reads: {setting} (now {loader.order_config.blocks} samples per ranged "
+            "GET) pays each round trip for more bytes."
         )
     if loader.dataset.store.cache is None:
+        cache = _pick(advice_for, "Loader(cache=CacheConfig(dir=...))", "--cache-dir DIR")
         advice.append(
-            "A disk cache: Loader(cache=CacheConfig(dir=...)) (or `stoker bench --cache-dir`) "
-            "serves epochs after the first, and restarts, from local disk."
+            f"A disk cache: {cache} serves epochs after the first, and restarts, from local disk."
         )
     retries = d.requests.get("retries", 0)
     if retries:
+        rate_limit = _pick(
+            advice_for,
+            "lower the request rate (StorageOptions(max_requests_per_s=...))",
+            "lower the request rate (`stoker --max-requests-per-s N doctor ...`)",
+        )
         advice.append(
             f"{retries} requests were retried ({d.requests.get('throttles', 0)} throttled): "
-            "spread shards over prefixes (`stoker pack --prefixes N`) or lower the request "
-            "rate (StorageOptions(max_requests_per_s=...))."
+            f"spread shards over prefixes (`stoker pack --prefixes N`) or {rate_limit}."
         )
     advice.append(
         "Run next to the data: a training job in the bucket's region sees a few ms per "

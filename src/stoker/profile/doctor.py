@@ -27,7 +27,7 @@ from typing import Literal
 
 from stoker.core.metrics import Stage, StageTotals, TraceEvent
 from stoker.pipeline.loader import Loader
-from stoker.profile.advice import advise
+from stoker.profile.advice import AdviceFor, advise
 from stoker.profile.diagnosis import Bottleneck, Diagnosis
 from stoker.storage.url import parse_url
 
@@ -82,6 +82,7 @@ def diagnose(
     warmup_batches: int = 1,
     step: Literal["sleep", "spin"] = "sleep",
     max_events: int = 100_000,
+    advice_for: AdviceFor = "python",
 ) -> Diagnosis:
     """Run ``loader`` against a simulated training step and say what limits it.
 
@@ -98,6 +99,8 @@ def diagnose(
         step: ``"sleep"`` frees the core during the step, as waiting on an accelerator
             does; ``"spin"`` keeps one core busy, as a model trained on the CPU does.
         max_events: Length of the timeline kept.
+        advice_for: Write the advice as ``stoker doctor`` flags (``"cli"``) or as the
+            Loader's Python arguments.
 
     Raises:
         ValueError: Bad arguments, or the epoch has no batch after the warm-up.
@@ -167,6 +170,7 @@ def diagnose(
     stages, requests = done.stages, done.requests
     return _conclude(
         loader,
+        advice_for,
         _Measured(
             step_s=step_s,
             step=step,
@@ -217,7 +221,7 @@ def _request_rates(loader: Loader) -> dict[str, float]:
     return rates
 
 
-def _conclude(loader: Loader, m: _Measured) -> Diagnosis:
+def _conclude(loader: Loader, advice_for: AdviceFor, m: _Measured) -> Diagnosis:
     def seconds(stage: str) -> float:
         return m.stages.get(stage, StageTotals()).seconds
 
@@ -287,4 +291,4 @@ def _conclude(loader: Loader, m: _Measured) -> Diagnosis:
         window_start_s=m.window_start_s,
         events=m.events,
     )
-    return replace(diagnosis, advice=advise(diagnosis, loader))
+    return replace(diagnosis, advice=advise(diagnosis, loader, advice_for=advice_for))

@@ -2,7 +2,7 @@
 
 - :func:`render_doctor`: the doctor's verdict as a title, the loader's timeline (one row
   per consumer, pipeline, request and decode track), and bars for where the training loop's
-  time and its wait went and how busy each resource was.
+  time and its wait went and how busy each resource was, then every line of the advice.
 - :func:`render_comparison`: the seed comparison, one bar per method: setup (download or
   pack) plus one epoch, with the first batch marked.
 """
@@ -114,12 +114,13 @@ def _stacked_bar(
 
 
 def render_doctor(diagnosis: Diagnosis, *, width: int = 1400) -> Image.Image:
-    """The doctor's picture: verdict, timeline, time and load bars, first advice."""
+    """The doctor's picture: verdict, timeline, time and load bars, and all the advice."""
     d = diagnosis
     placed, tracks = place_events(d.events, origin_s=d.origin_s)
+    advice = advice_lines(d, width=width)
     row = max(10, min(26, 360 // max(len(tracks), 1)))
     timeline_h = row * max(len(tracks), 1)
-    height = 210 + timeline_h + 60 + 40 + 3 * 44 + 90
+    height = 210 + timeline_h + 60 + 40 + 3 * 44 + 50 + 20 * max(len(advice), 1)
     image = Image.new("RGB", (width, height), "white")
     draw = ImageDraw.Draw(image)
     margin, label_w = 20, 130
@@ -224,9 +225,32 @@ def render_doctor(diagnosis: Diagnosis, *, width: int = 1400) -> Image.Image:
         )
     y += 44
     draw.text((margin, y + 4), "What to do:", fill=_INK, font=_font(14))
-    for n, line in enumerate(d.advice[:3]):
+    for n, line in enumerate(advice):
         draw.text((margin + 100, y + 4 + 20 * n), line, fill=_INK, font=_font(13))
-    return image.crop((0, 0, width, y + 4 + 20 * max(len(d.advice[:3]), 1) + 16))
+    return image.crop((0, 0, width, y + 4 + 20 * max(len(advice), 1) + 16))
+
+
+def wrap_text(text: str, font: Font, width: float) -> list[str]:
+    """``text`` cut at spaces into lines no wider than ``width`` pixels in ``font`` (a word
+    wider than that gets a line of its own)."""
+    lines: list[str] = []
+    for word in text.split():
+        if lines and font.getlength(f"{lines[-1]} {word}") <= width:
+            lines[-1] = f"{lines[-1]} {word}"
+        else:
+            lines.append(word)
+    return lines
+
+
+def advice_lines(diagnosis: Diagnosis, *, width: int = 1400) -> list[str]:
+    """Every line of the doctor's advice as :func:`render_doctor` draws it: each item
+    wrapped to the picture's width, its first line marked with a dash."""
+    font = _font(13)
+    lines: list[str] = []
+    for item in diagnosis.advice:
+        wrapped = wrap_text(item, font, width - 160)
+        lines += [f"- {wrapped[0]}"] + [f"  {rest}" for rest in wrapped[1:]]
+    return lines
 
 
 def render_comparison(comparison: Comparison, *, width: int = 1200) -> Image.Image:

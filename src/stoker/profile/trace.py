@@ -3,7 +3,9 @@
 Each :class:`~stoker.core.metrics.TraceEvent` becomes one complete (``"X"``) event on a
 track. Spans that overlap on one lane (read groups in flight at once on the I/O engine) are
 spread over numbered tracks, ``io 0``, ``io 1``, ..., each taking the lowest free one, so no
-two spans on a track overlap and the number of tracks shows the concurrency.
+two spans on a track overlap and the number of tracks shows the concurrency. Decode threads
+are placed the same way, on ``decode 0``, ``decode 1``, ... (the one name for their rows in
+the trace, the doctor's picture and its report), whichever thread pool ran them.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ STAGE_TRACKS: dict[str, str] = {
 }
 #: Order of the tracks, top to bottom; other tracks follow in name order.
 _TRACK_ORDER = ("consumer", "pipeline", "io", "decode")
+#: Lane groups whose rows are always numbered (``io 0``, ``decode 0``, ...), even if one.
+_NUMBERED = ("io", "decode")
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,8 +55,10 @@ def _lane_group(event: TraceEvent) -> str:
     if event.stage in STAGE_TRACKS:
         return STAGE_TRACKS[event.stage]
     lane = event.lane
-    if lane.startswith("stoker-decode_"):
-        return f"decode {lane.rsplit('_', 1)[1]}"
+    if lane.startswith("stoker-decode"):
+        # Every decode thread, of the first pool or one autotune made later
+        # ("stoker-decode-2_0"), is on a "decode N" row: the rows are numbered by concurrency.
+        return "decode"
     return lane
 
 
@@ -96,7 +102,7 @@ def place_events(
     placed = [
         PlacedEvent(
             event,
-            f"{group} {slot}" if group == "io" or len(ends[group]) > 1 else group,
+            f"{group} {slot}" if group in _NUMBERED or len(ends[group]) > 1 else group,
             ts,
             dur,
         )
