@@ -1,14 +1,24 @@
-"""Fast structural checks of JPEG and PNG bytes: is it whole, and how many pixels?
+"""Checks of JPEG and PNG bytes: is it whole, will the decoder take it, how many pixels?
 
 Packing keeps the original bytes by default but must still refuse a file that cannot be an
-image (garbage, truncated, an HTML error page saved as .jpg) and decompression bombs. Opening
-every file with Pillow costs about 150 us of GIL-held time per image; walking the markers
-costs a few microseconds, so JPEG and PNG are checked here and other formats by Pillow.
+image (garbage, truncated, an HTML error page saved as .jpg) and decompression bombs, and
+a file that training's decoder would refuse: a JPEG truncated and then given back its end
+marker has intact markers, and only decoding its entropy-coded data finds it short.
+
+- :func:`jpeg_size` / :func:`png_size` walk the markers or chunks (microseconds) and give
+  the declared size, checked against the pixel limit before any decoder runs.
+- :func:`check_jpeg_decodes` entropy-decodes the whole scan with libjpeg-turbo (the
+  Loader's decoder, simplejpeg) in strict mode, where every libjpeg warning ("premature end
+  of data segment", "extraneous bytes before marker") is an error; at 1/8 DCT scale, so
+  the inverse DCT and colour conversion cost almost nothing and the GIL is released.
+- :func:`check_png_decodes` checks every chunk's CRC and that the image data inflates to
+  its end (what Pillow needs to decode it).
 """
 
 from __future__ import annotations
 
 import struct
+import zlib
 
 from stoker.format.spec import JPEG_SOF_MARKERS
 
@@ -69,3 +79,71 @@ def png_size(data: bytes) -> tuple[int, int]:
     if width == 0 or height == 0:
         raise ValueError("PNG of zero size")
     return width, height
+
+
+def check_jpeg_decodes(data: bytes | memoryview) -> None:
+    """Decode the whole JPEG as the Loader would, warnings counted as errors.
+
+    Call after :func:`jpeg_size` and the pixel limit: this allocates the 1/8-scale image.
+
+    Raises:
+        ValueError: What libjpeg-turbo says is wrong (a corrupt or short scan).
+    """
+    import simplejpeg
+
+    try:
+        simplejpeg.decode_jpeg(
+            data,
+            colorspace="RGB",
+            min_factor=8,
+            min_width=1,
+            min_height=1,
+            fastdct=True,
+            fastupsample=True,
+            strict=True,
+        )
+    except ValueError as exc:
+        raise ValueError(f"the JPEG decoder refuses it: {exc}") from None
+
+
+# Inflate the image data this many output bytes at a time, so a check holds little memory.
+_INFLATE_STEP_BYTES = 1 << 20
+
+
+def check_png_decodes(data: bytes | memoryview) -> None:
+    """Walk every PNG chunk, checking its CRC, and inflate the image data to its end.
+
+    Raises:
+        ValueError: A chunk that runs past the end or fails its CRC, no image data, or
+            image data that stops short or is not a zlib stream.
+    """
+    view = memoryview(data)
+    position = len(PNG_SIGNATURE)
+    inflater = zlib.decompressobj()
+    seen_data = False
+    while position + 12 <= len(view):
+        (length,) = struct.unpack_from(">I", view, position)
+        kind = bytes(view[position + 4 : position + 8])
+        end = position + 12 + length
+        if end > len(view):
+            raise ValueError(f"PNG chunk {kind!r} at byte {position} runs past the end")
+        body = view[position + 8 : end - 4]
+        (crc,) = struct.unpack_from(">I", view, end - 4)
+        if zlib.crc32(body, zlib.crc32(kind)) != crc:
+            raise ValueError(f"PNG chunk {kind!r} at byte {position} fails its CRC")
+        if kind == b"IDAT":
+            seen_data = True
+            pending = bytes(body)
+            try:
+                while True:  # output in steps; what it holds back waits in unconsumed_tail
+                    out = inflater.decompress(pending, _INFLATE_STEP_BYTES)
+                    pending = inflater.unconsumed_tail
+                    if not pending and len(out) < _INFLATE_STEP_BYTES:
+                        break
+            except zlib.error as exc:
+                raise ValueError(f"PNG image data is corrupt: {exc}") from None
+        position = end
+        if kind == b"IEND":
+            break
+    if not seen_data or not inflater.eof:
+        raise ValueError("PNG image data stops short (truncated file?)")

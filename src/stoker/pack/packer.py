@@ -203,7 +203,7 @@ async def _load_all_async(
         try:
             async with slots:
                 sample = await reader.read_async(ref)
-            if config.images.rewrites:  # decoding and encoding: off the loop thread
+            if config.images.rewrites or config.images.check:  # decoding: off the loop
                 return await loop.run_in_executor(
                     pool, _prepare, sample, config.images, ref.location
                 )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 from dataclasses import dataclass
+from typing import Any
 
 from PIL import Image
 
@@ -11,7 +12,7 @@ from stoker.errors import SourceError
 from stoker.format import spec
 from stoker.format.imaging import PILLOW_ERRORS
 from stoker.format.spec import declared_image_size
-from stoker.pack.imagecheck import jpeg_size, png_size
+from stoker.pack.imagecheck import check_jpeg_decodes, check_png_decodes, jpeg_size, png_size
 
 #: Default ``ImagePolicy.max_pixels`` (Pillow's warning threshold, about 9,459 x 9,459).
 DEFAULT_MAX_PIXELS = spec.DEFAULT_MAX_PIXELS
@@ -79,19 +80,33 @@ def _check_pixels(width: int, height: int, policy: ImagePolicy, where: str) -> N
 def process_image(data: bytes, ext: str, policy: ImagePolicy, *, where: str) -> tuple[str, bytes]:
     """Check (and if asked, resize and re-encode) one image; returns ``(ext, bytes)``.
 
+    A JPEG is decoded by libjpeg-turbo in strict mode, as the Loader decodes it, so a file
+    training would refuse (a truncated scan with its end marker put back among them) is
+    refused here rather than packed, or re-encoded with grey where its data stopped.
+
     Raises:
         SourceError: The image cannot be decoded or is larger than ``max_pixels``.
     """
     if not policy.check and not policy.rewrites:
         return ext, data
-    if not policy.rewrites and ext in ("jpg", "png"):
-        # The structural check reads the size from the header itself: no decoder runs.
-        try:
-            width, height = jpeg_size(data) if ext == "jpg" else png_size(data)
-        except ValueError as exc:
-            raise SourceError(f"{where}: cannot decode image: {exc}") from exc
-        _check_pixels(width, height, policy, where)
-        return ext, data
+    try:
+        if ext == "jpg":
+            width, height = jpeg_size(data)
+            _check_pixels(width, height, policy, where)
+            if not policy.rewrites:
+                check_jpeg_decodes(data)
+                return ext, data
+            # One strict decode, at the smallest DCT scale that still covers the target.
+            target = _target_size(width, height, policy)
+            pixels = _strict_jpeg(data, target)
+            return "jpg", _encode(Image.fromarray(pixels), target, policy)
+        if ext == "png" and not policy.rewrites:
+            width, height = png_size(data)
+            _check_pixels(width, height, policy, where)
+            check_png_decodes(data)
+            return ext, data
+    except ValueError as exc:  # SourceError (the pixel limit) is not one: it passes
+        raise SourceError(f"{where}: cannot decode image: {exc}") from exc
     declared = declared_image_size(data)
     if declared is not None:  # before Pillow, so that our limit decides, not Pillow's
         _check_pixels(*declared, policy, where)
@@ -102,15 +117,29 @@ def process_image(data: bytes, ext: str, policy: ImagePolicy, *, where: str) -> 
             if not policy.rewrites:
                 image.verify()
                 return ext, data
-            image.draft("RGB", _target_size(width, height, policy))
-            rgb = image.convert("RGB")
             target = _target_size(width, height, policy)
-            if rgb.size != target:
-                rgb = rgb.resize(target, Image.Resampling.BICUBIC, reducing_gap=3.0)
-            out = io.BytesIO()
-            rgb.save(out, format="JPEG", quality=policy.quality or 90)
-            return "jpg", out.getvalue()
+            image.draft("RGB", target)
+            return "jpg", _encode(image.convert("RGB"), target, policy)
     except SourceError:
         raise
     except PILLOW_ERRORS as exc:
         raise SourceError(f"{where}: cannot decode image: {exc}") from exc
+
+
+def _strict_jpeg(data: bytes, target: tuple[int, int]) -> Any:
+    import simplejpeg
+
+    try:
+        return simplejpeg.decode_jpeg(
+            data, colorspace="RGB", min_width=target[0], min_height=target[1], strict=True
+        )
+    except ValueError as exc:
+        raise ValueError(f"the JPEG decoder refuses it: {exc}") from None
+
+
+def _encode(rgb: Image.Image, target: tuple[int, int], policy: ImagePolicy) -> bytes:
+    if rgb.size != target:
+        rgb = rgb.resize(target, Image.Resampling.BICUBIC, reducing_gap=3.0)
+    out = io.BytesIO()
+    rgb.save(out, format="JPEG", quality=policy.quality or 90)
+    return out.getvalue()
