@@ -11,7 +11,8 @@ import pytest
 import simplejpeg
 from PIL import Image
 
-from stoker.pipeline.decode import decode_full, decode_planned
+from stoker.pipeline import decode
+from stoker.pipeline.decode import decode_full, decode_planned, roi_decoding
 from stoker.pipeline.transforms import CenterCrop, RandomResizedCrop, Resize
 from stoker.testing.images import make_jpeg
 
@@ -27,7 +28,9 @@ def test_random_resized_crop_gives_the_output_size() -> None:
         assert image.dtype == np.uint8
 
 
-def test_small_target_decodes_at_a_reduced_dct_scale() -> None:
+def test_small_target_decodes_at_a_reduced_dct_scale(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The whole-image fallback (the region decoder off, as where it was not built).
+    monkeypatch.setattr(decode, "_roi_decoder", lambda: None)
     calls = []
     real = simplejpeg.decode_jpeg
 
@@ -40,6 +43,23 @@ def test_small_target_decodes_at_a_reduced_dct_scale() -> None:
         decode_planned(BIG, CenterCrop(100, resize=110), random.Random(0))
     # 1600x1200 -> a crop of ~1455 px scaled to 100: 1/8 scale (200x150) is enough.
     assert calls == [(150, 200, 3)]
+
+
+@pytest.mark.skipif(not roi_decoding(), reason="stoker._jpegroi was not built")
+def test_the_region_decoder_uses_the_same_dct_scale() -> None:
+    jpegroi = decode._roi_decoder()
+    calls = []
+    real = jpegroi.decode
+
+    def spy(data, scale, size, bounds, rows):
+        calls.append((scale, size, bounds))
+        return real(data, scale, size, bounds, rows)
+
+    with mock.patch.object(jpegroi, "decode", spy):
+        image = decode_planned(BIG, CenterCrop(100, resize=110), random.Random(0))
+    # 1/8 scale, and only the central crop's 138x138 of the 200x150 pixels (1091 px at 1/1).
+    assert calls == [((1, 8), (200, 150), (31, 6, 169, 144))]
+    assert image.shape == (100, 100, 3)
 
 
 def test_same_seed_same_result_and_flip_mirrors() -> None:
