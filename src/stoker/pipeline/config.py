@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypedDict
 
+import numpy as np
+
 from stoker.format.reader import ShardDataset
 from stoker.format.spec import DEFAULT_MAX_PIXELS
 from stoker.pipeline.autotune import AutotuneConfig
@@ -144,6 +146,23 @@ class SourceConfig:
             raise ValueError("windows over a mix are not supported: give one of mix and window")
         if self.side_tables and count > 1:
             raise ValueError("side tables go with a single dataset")
+
+
+def check_loader_arguments(*, batch_size: object, prefetch: object) -> None:
+    """Refuse a Loader's ``batch_size`` or ``prefetch`` that cannot work, naming it.
+
+    Raises:
+        TypeError: Not an integer (``prefetch`` may also be ``"auto"``).
+        ValueError: Less than 1.
+    """
+    for name, value in (("batch_size", batch_size), ("prefetch", prefetch)):
+        if name == "prefetch" and value == "auto":
+            continue
+        if not isinstance(value, int | np.integer) or isinstance(value, bool):
+            expected = "an int" if name == "batch_size" else "an int or 'auto'"
+            raise TypeError(f"{name} must be {expected}, got {value!r}")
+        if value < 1:
+            raise ValueError(f"{name} must be >= 1, got {value}")
 
 
 class LoaderOptions(TypedDict, total=False):

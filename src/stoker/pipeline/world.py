@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class World:
@@ -24,9 +26,25 @@ class World:
     num_workers: int = 1
 
     def __post_init__(self) -> None:
-        if self.world_size < 1 or not 0 <= self.rank < self.world_size:
-            raise ValueError(f"need 0 <= rank < world_size, got {self.rank}/{self.world_size}")
-        if self.num_workers < 1 or not 0 <= self.worker < self.num_workers:
+        for name in ("rank", "world_size", "worker", "num_workers"):
+            _check_integer(name, getattr(self, name))
+        if self.world_size < 1:
+            raise ValueError(f"world_size must be >= 1, got {self.world_size}")
+        if not 0 <= self.rank < self.world_size:
             raise ValueError(
-                f"need 0 <= worker < num_workers, got {self.worker}/{self.num_workers}"
+                f"rank must be in 0..{self.world_size - 1} (world_size={self.world_size}), "
+                f"got {self.rank}"
             )
+        if self.num_workers < 1:
+            raise ValueError(f"num_workers must be >= 1, got {self.num_workers}")
+        if not 0 <= self.worker < self.num_workers:
+            raise ValueError(
+                f"worker must be in 0..{self.num_workers - 1} (num_workers={self.num_workers}), "
+                f"got {self.worker}"
+            )
+
+
+def _check_integer(name: str, value: object) -> None:
+    # numpy integers are integers; bools, floats and strings are not.
+    if not isinstance(value, int | np.integer) or isinstance(value, bool):
+        raise TypeError(f"{name} must be an int, got {value!r}")
