@@ -6,11 +6,15 @@ import asyncio
 import subprocess
 import sys
 import textwrap
+import threading
 import time
+from concurrent.futures import CancelledError
 
 import pytest
 
+from stoker.storage import open_store
 from stoker.storage.engine import IOEngine
+from stoker.testing.netproxy import FaultConfig
 
 
 def test_run_and_submit() -> None:
@@ -114,3 +118,37 @@ def test_an_idle_engine_closes_without_the_native_grace(monkeypatch) -> None:
     monkeypatch.setattr(engine_module.time, "sleep", slept.append)
     engine.close()
     assert slept == [0.0]
+
+
+def test_abort_wakes_a_caller_stuck_on_a_request(s3_bucket, proxy) -> None:
+    """A request stalled by the server (its body never comes) would hold its caller for the
+    client's timeout; abort() cancels it, the caller gets CancelledError, and close() has
+    nothing left to wait for."""
+    s3_bucket.store().put("k", b"x" * 10_000)
+    proxy.set_faults(FaultConfig(fault_rate=1.0, kinds=("stall",)))
+    engine = IOEngine()
+    store = open_store(
+        s3_bucket.url, storage_options=s3_bucket.options(proxy.endpoint), engine=engine
+    )
+    outcome: list[BaseException | bytes] = []
+
+    def caller() -> None:
+        try:
+            outcome.append(bytes(engine.run(store.get_async("k"))))
+        except BaseException as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=caller)
+    thread.start()
+    while proxy.stats().faults["stall"] == 0:  # an event, not a time: the request is held
+        time.sleep(0.01)
+    engine.abort()
+    thread.join(10)  # a hang guard: the stall lasts the client's 30 s timeout
+    assert not thread.is_alive()
+    assert len(outcome) == 1
+    assert isinstance(outcome[0], CancelledError | asyncio.CancelledError)
+    assert engine.aborted
+    with pytest.raises(CancelledError):  # an aborted engine runs no more requests
+        engine.run(store.get_async("k"))
+    engine.close(timeout_s=30.0)
+    assert engine.closed

@@ -7,12 +7,14 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from types import FrameType
 from typing import Any, TypeVar
 
 import click
 
 from stoker.errors import StokerError
 from stoker.storage import StorageOptions
+from stoker.storage.engine import abort_all
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -36,13 +38,34 @@ def fail(message: str) -> None:
     sys.exit(1)
 
 
+#: The exit status after Ctrl-C (128 + SIGINT), as shells report it.
+INTERRUPTED = 130
+
+
+def interrupted() -> None:
+    """Stop every request in flight, print ``stoker: interrupted`` and exit with status 130."""
+    abort_all()
+    click.echo("stoker: interrupted", err=True)
+    sys.exit(INTERRUPTED)
+
+
+def on_sigint(signum: int, frame: FrameType | None) -> None:
+    """SIGINT handler: cancel the requests in flight first, so that whatever the main thread
+    waits for (a request, or a thread waiting for one) ends at once; then interrupt it."""
+    abort_all()
+    raise KeyboardInterrupt
+
+
 def handle_errors(func: F) -> F:
-    """Turn stoker's (and the OS's) errors into one clear line and exit status 1."""
+    """Turn stoker's (and the OS's) errors into one clear line and exit status 1, and Ctrl-C
+    into ``stoker: interrupted`` and exit status 130."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return func(*args, **kwargs)
+        except KeyboardInterrupt:
+            interrupted()
         except BrokenPipeError:
             # The reader went away (`stoker ls ... | head`): stop quietly.
             devnull = os.open(os.devnull, os.O_WRONLY)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -12,7 +14,13 @@ from typing import Any
 import click
 
 from stoker.cli.cache import cache_group
-from stoker.cli.common import Context, fail, handle_errors, with_options
+from stoker.cli.common import (
+    Context,
+    fail,
+    handle_errors,
+    on_sigint,
+    with_options,
+)
 from stoker.cli.dataset import index_command, inspect_command, pack_command, verify_command
 from stoker.cli.profile import bench_command, doctor_command, show_command
 from stoker.cli.progress import BarProgress
@@ -369,4 +377,7 @@ for _command in (
 
 def main() -> None:
     """Entry point of the ``stoker`` script."""
+    if threading.current_thread() is threading.main_thread():
+        # Ctrl-C cancels the requests in flight first; handle_errors then exits 130.
+        signal.signal(signal.SIGINT, on_sigint)
     cli(prog_name="stoker")

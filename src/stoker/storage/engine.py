@@ -8,12 +8,17 @@ Shutting down safely matters: obstore completes its futures from Rust threads, a
 loop while one is still pending makes the interpreter abort (exit 134) or crash at exit.
 :meth:`IOEngine.close` therefore waits for every pending request first and leaves the loop
 unclosed if one is still running at the deadline. Every engine still open is closed at exit.
+
+Ctrl-C must not wait for that: :meth:`IOEngine.abort` (and :func:`abort_all`, which the CLI
+calls from its SIGINT handler) cancels every request in flight, native ones included, so the
+callers blocked on them wake at once and the engine closes without waiting for the network.
 """
 
 from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import logging
 import os
 import threading
@@ -54,6 +59,7 @@ class IOEngine:
         self._pending: set[asyncio.Future[Any]] = set()
         self._closed = False
         self._draining = False
+        self._aborted = False
         self._tracked = 0
         self._last_done = 0.0  # time.monotonic() when a tracked request last completed
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -86,7 +92,14 @@ class IOEngine:
         if threading.current_thread() is self._thread:
             coro.close()
             raise RuntimeError("IOEngine.run() called from the engine thread; await instead")
-        return self.submit(coro).result()
+        future = self.submit(coro)
+        try:
+            return future.result()
+        except KeyboardInterrupt:
+            # Ctrl-C while waiting: stop this process's requests rather than leave them
+            # running (and the exit waiting for them).
+            self.abort()
+            raise
 
     def slot(self) -> asyncio.Semaphore:
         """The semaphore that bounds requests in flight; use ``async with engine.slot():``."""
@@ -98,7 +111,7 @@ class IOEngine:
         If the awaiting task is cancelled, the native request goes on (it cannot be stopped
         from Python) and :meth:`close` waits for it before the loop goes away.
         """
-        if self._draining:
+        if self._draining or self._aborted:
             if asyncio.iscoroutine(awaitable):
                 awaitable.close()
             raise asyncio.CancelledError("the I/O engine is shutting down")
@@ -111,6 +124,31 @@ class IOEngine:
     def _request_done(self, future: asyncio.Future[Any]) -> None:
         self._pending.discard(future)
         self._last_done = time.monotonic()
+
+    @property
+    def aborted(self) -> bool:
+        """Whether :meth:`abort` was called."""
+        return self._aborted
+
+    def abort(self) -> None:
+        """Cancel every request in flight, native ones included, and refuse new ones.
+
+        For an interrupt (Ctrl-C): callers blocked on a request get ``CancelledError`` at
+        once instead of waiting for the network, and :meth:`close` has nothing left to wait
+        for. obstore drops a cancelled request. Safe to call from any thread and from a
+        signal handler; idempotent. The engine runs no more requests afterwards.
+        """
+        if self._aborted or self._closed:
+            return
+        self._aborted = True
+        with contextlib.suppress(RuntimeError):  # the loop is already closed
+            self._loop.call_soon_threadsafe(self._cancel_everything)
+
+    def _cancel_everything(self) -> None:
+        for future in list(self._pending):
+            future.cancel()
+        for task in asyncio.all_tasks(self._loop):
+            task.cancel()
 
     def close(self, *, timeout_s: float = 30.0) -> None:
         """Stop the engine after the requests in flight have finished.
@@ -190,6 +228,15 @@ def default_engine() -> IOEngine:
             engine = IOEngine()
             _default[pid] = engine
         return engine
+
+
+def abort_all() -> None:
+    """Cancel the requests in flight on every engine of this process (see `IOEngine.abort`).
+
+    Meant for a SIGINT handler: it takes no lock and only schedules the cancellations.
+    """
+    for engine in list(_live):
+        engine.abort()
 
 
 def _close_all() -> None:
