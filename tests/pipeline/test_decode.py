@@ -60,6 +60,13 @@ def test_the_region_decoder_uses_the_same_dct_scale() -> None:
     # 1/8 scale, and only the central crop's 138x138 of the 200x150 pixels (1091 px at 1/1).
     assert calls == [((1, 8), (200, 150), (31, 6, 169, 144))]
     assert image.shape == (100, 100, 3)
+    # Only the scales with SIMD code: 3/8, 5/8, 3/4 and 7/8 cost as much as 1/1 or more.
+    calls.clear()
+    with mock.patch.object(jpegroi, "decode", spy):
+        for seed in range(40):
+            decode_planned(BIG, RandomResizedCrop(224), random.Random(seed))
+    assert {scale for scale, _, _ in calls} <= {(1, 8), (1, 4), (1, 2), (1, 1)}
+    assert {(1, 2), (1, 1)} <= {scale for scale, _, _ in calls}
 
 
 def test_same_seed_same_result_and_flip_mirrors() -> None:

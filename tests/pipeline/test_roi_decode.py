@@ -89,7 +89,8 @@ KINDS = {
     "restart-rows": _encode(_photo(320, 240), progressive=True, restart_marker_rows=1),
     "odd-sized-420": _encode(_photo(333, 251, seed=1), subsampling=2),
     "odd-sized-422": _encode(_photo(257, 97, seed=2), subsampling=1),
-    "tiny": _encode(_photo(9, 7, seed=3)),
+    "small": _encode(_photo(9, 7, seed=3)),
+    "tiny": _encode(_photo(5, 6, seed=3)),
     "tall": _encode(_photo(61, 530, seed=4)),
 }
 
@@ -109,6 +110,8 @@ BOXES = {
     "centre": Box(0.4, 0.45, 0.61, 0.58),
     "one-pixel": Box(0.5, 0.5, 0.5001, 0.5001, size=(3, 3)),
     "scale-1": Box(0.31, 0.22, 0.52, 0.49, size=(150, 120)),
+    "scale-1/2": Box(0.5, 0.1, 0.75, 0.35),
+    "scale-1/4": Box(0.2, 0.3, 0.65, 0.75),
     "scale-1/8": Box(0.05, 0.1, 0.95, 0.9, size=(8, 8)),
     "flipped": Box(0.13, 0.27, 0.77, 0.81, size=(40, 56), flip=True),
 }
