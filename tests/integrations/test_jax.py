@@ -48,6 +48,7 @@ def child_one_process(url: str, out: Path) -> None:
     facts["default_is_batch_sharding"] = loader.sharding == batch_sharding()
     facts["default_spec"] = list(getattr(loader.sharding, "spec", []))
     facts["epochs"] = []
+    loader.trace()
     for epoch in range(2):
         loader.set_epoch(epoch)
         batches = list(loader)
@@ -72,6 +73,9 @@ def child_one_process(url: str, out: Path) -> None:
         )
         for name in ("image", "label", "index"):
             saved[f"epoch{epoch}_{name}"] = np.stack([np.asarray(b[name]) for b in batches])
+
+    stats = loader.stats()
+    facts["stats"] = [stats.samples, stats.batches, sorted({e.stage for e in loader.events()})]
 
     device = jax.devices()[1]
     sharding = jax.sharding.SingleDeviceSharding(device)
@@ -204,6 +208,12 @@ def test_batches_are_sharded_and_equal_the_numpy_loader(
         for name in ("image", "label", "index"):
             assert np.array_equal(one[f"epoch{epoch}_{name}"], [b[name] for b in expected])
     assert not np.array_equal(one["epoch0_index"], one["epoch1_index"])
+
+
+def test_stats_and_trace_say_what_the_loader_says(one: dict[str, Any]) -> None:
+    samples, batches, stages = one["facts"]["stats"]
+    assert (samples, batches) == (2 * SAMPLES // 10 * 10, 2 * (SAMPLES // 10))
+    assert {"fetch", "decode", "consumer.wait"} <= set(stages)
 
 
 def test_a_given_sharding_places_every_array(one: dict[str, Any]) -> None:

@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from stoker import World
+from stoker import Loader, World
 from stoker.integrations.torch import StokerIterableDataset, TorchLoader
 from stoker.pack.packer import PackConfig, pack
 from stoker.pipeline.order import OrderConfig
@@ -209,3 +209,84 @@ def test_a_state_saved_after_an_epoch_does_not_replay_it(dataset_url: str) -> No
     again = [k for b in restored for k in b["key"]]
     loader.set_epoch(1)
     assert again == [k for b in loader for k in b["key"]] != first
+
+
+def test_stats_and_trace_say_what_the_loader_says(dataset_url: str) -> None:
+    options: dict[str, Any] = {"batch_size": 16, "order": ORDER, "transform": RandomResizedCrop(8)}
+    with Loader(dataset_url, **options) as plain:
+        for _ in plain:
+            pass
+        expected = plain.stats()
+    torch_loader = TorchLoader(dataset_url, **options)
+    torch_loader.trace()
+    for _ in torch_loader:
+        pass
+    stats = torch_loader.stats()
+    assert (stats.samples, stats.batches) == (expected.samples, expected.batches) == (90, 6)
+    assert stats.requests["requests.get"] == expected.requests["requests.get"]
+    assert stats.requests["bytes.read"] == expected.requests["bytes.read"]
+    assert set(stats.stages) == set(expected.stages)
+    assert stats.stages["decode"].items == 90
+    assert stats.epoch_samples == expected.epoch_samples
+    assert stats.threads == expected.threads > 0
+    # The next epoch adds to it: counts, stage totals and requests (one store, counted once).
+    for _ in torch_loader:
+        pass
+    both = torch_loader.stats()
+    assert (both.samples, both.batches) == (180, 12)
+    assert both.stages["decode"].items == 180
+    gets = stats.requests["requests.get"]
+    assert gets < both.requests["requests.get"] <= 2 * gets
+    stages = {e.stage for e in torch_loader.events()}
+    assert {"fetch", "decode", "consumer.wait"} <= stages
+    # Both epochs are in the timeline: as many waits for a batch as batches.
+    assert sum(e.stage == "consumer.wait" for e in torch_loader.events()) == 12
+
+
+def test_stats_and_trace_add_up_over_dataloader_workers(dataset_url: str) -> None:
+    options: dict[str, Any] = {"batch_size": 16, "order": ORDER, "transform": RandomResizedCrop(8)}
+    with TorchLoader(dataset_url, **options) as alone:
+        for _ in alone:
+            pass
+    loader = TorchLoader(dataset_url, num_workers=2, **options)
+    loader.trace()
+    assert loader.stats().samples == 0
+    for _ in loader:
+        pass
+    stats = loader.stats()
+    assert (stats.samples, stats.batches) == (90, 6)
+    # Each worker decoded its own batches: together, every sample once.
+    assert stats.stages["decode"].items == 90
+    assert stats.stages["consumer.wait"].items == 90  # measured in this process
+    assert stats.stages["consumer.wait"].calls == 6
+    # Both workers read: at least every byte one process reads for the epoch.
+    assert stats.requests["bytes.read"] >= alone.stats().requests["bytes.read"]
+    assert stats.requests["requests.get"] > 0
+    assert stats.epoch_samples == alone.stats().epoch_samples
+    assert stats.threads == 2  # one decode thread in each worker
+    events = loader.events()
+    assert {"fetch", "decode", "consumer.wait", "consumer.step"} <= {e.stage for e in events}
+    assert sum(e.stage == "decode" for e in events) == stats.stages["decode"].calls
+    # A second epoch adds to the first.
+    for _ in loader:
+        pass
+    assert (loader.stats().samples, loader.stats().batches) == (180, 12)
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+@pytest.mark.parametrize("batch_size", [1, 4])
+def test_a_dataloader_that_batches_again_is_refused(
+    dataset_url: str, workers: int, batch_size: int
+) -> None:
+    dataset = StokerIterableDataset(dataset_url, batch_size=8, transform=RandomResizedCrop(8))
+    loader = DataLoader(
+        dataset,
+        batch_size=batch_size,
+        num_workers=workers,
+        multiprocessing_context="spawn" if workers else None,
+    )
+    with pytest.raises(TypeError, match=r"batch_size=None"):
+        next(iter(loader))
+    # Given batch_size=None, the same dataset gives batches of 8 with no extra dimension.
+    batch = next(iter(DataLoader(dataset, batch_size=None)))
+    assert batch["image"].shape == (8, 8, 8, 3)

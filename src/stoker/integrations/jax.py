@@ -26,9 +26,11 @@ from typing import Any, Unpack
 import jax
 import numpy as np
 
+from stoker.core.metrics import TraceEvent
 from stoker.format.reader import ShardDataset
 from stoker.pipeline.config import LoaderOptions
 from stoker.pipeline.loader import Loader
+from stoker.pipeline.stats import LoaderStats
 from stoker.pipeline.world import World
 
 
@@ -158,6 +160,18 @@ class JaxLoader:
     def _deliver(self, upcoming: tuple[dict[str, Any], dict[str, Any]]) -> dict[str, Any]:
         batch, self._state = upcoming
         return batch
+
+    def stats(self) -> LoaderStats:
+        """The loader's counters (see :meth:`stoker.Loader.stats`)."""
+        return self.loader.stats()
+
+    def trace(self, *, max_events: int = 200_000) -> None:
+        """Keep a timeline of the loader's stages (see :meth:`stoker.Loader.trace`)."""
+        self.loader.trace(max_events=max_events)
+
+    def events(self) -> list[TraceEvent]:
+        """The timeline kept since :meth:`trace`."""
+        return self.loader.events()
 
     def close(self) -> None:
         """Stop the loader's decode threads."""

@@ -17,6 +17,10 @@ length, so ``len(dataset)`` is the number of steps per epoch (the same on every 
 With ``tf.distribute``, build the dataset in the function given to
 ``strategy.distribute_datasets_from_function`` and pass its ``input_context``: each input
 pipeline (one per worker) then reads only its share.
+
+A ``tf.data.Dataset`` has no ``stats()``: the loaders behind it are made inside TensorFlow's
+generator, one per pass. To see stage times, requests and a trace, run ``stoker doctor`` on
+the dataset, or a :class:`stoker.Loader` with the same settings and its ``stats()``.
 """
 
 from __future__ import annotations

@@ -13,10 +13,13 @@ Two ways in:
 Ranks come from ``torch.distributed`` when it is initialised. ``state_dict`` and
 ``load_state_dict`` follow torchdata's ``StatefulDataLoader``: call them on the loader; the
 state is a few integers and restores with any number of workers or threads.
+``TorchLoader.stats()``, ``.trace()`` and ``.events()`` say what :class:`stoker.Loader`'s
+do, over every epoch and every worker process.
 """
 
 from __future__ import annotations
 
+import time
 import weakref
 from collections.abc import Generator, Iterator, Mapping
 from dataclasses import replace
@@ -26,11 +29,19 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
+from stoker.core.metrics import TraceEvent
 from stoker.format.reader import ShardDataset, open_dataset
+from stoker.integrations.observe import (
+    RunRecord,
+    WorkerReport,
+    batched_by_a_dataloader,
+    new_events,
+)
 from stoker.pipeline.config import DecodeConfig, LoaderOptions
 from stoker.pipeline.loader import Loader
 from stoker.pipeline.plan import batches_per_epoch, resolve_order, resolve_seed, resume_point
 from stoker.pipeline.sources import DatasetSource
+from stoker.pipeline.stats import LoaderStats
 from stoker.pipeline.world import World
 
 
@@ -52,10 +63,12 @@ def to_tensors(batch: Mapping[str, Any]) -> dict[str, Any]:
 class StokerIterableDataset(IterableDataset[dict[str, Any]]):
     """Whole batches from a packed dataset, split by rank and DataLoader worker.
 
-    Use with ``DataLoader(dataset, batch_size=None, num_workers=k)``. Each worker opens its
-    own loader (stores are opened lazily, so nothing unpicklable crosses processes) and
-    makes batches ``w, w + k, ...`` of the rank's epoch, so the DataLoader's in-order output
-    is the same batch sequence whatever ``k`` is.
+    Use with ``DataLoader(dataset, batch_size=None, num_workers=k)``: the dataset makes
+    the batches, so the DataLoader must not batch them again (its default ``batch_size=1``
+    would add a leading dimension of 1 to every array; that is refused with an error).
+    Each worker opens its own loader (stores are opened lazily, so nothing unpicklable
+    crosses processes) and makes batches ``w, w + k, ...`` of the rank's epoch, so the
+    DataLoader's in-order output is the same batch sequence whatever ``k`` is.
 
     Args:
         url: Dataset URL.
@@ -77,13 +90,17 @@ class StokerIterableDataset(IterableDataset[dict[str, Any]]):
         self.options = options
         self.epoch = 0
         self.resume: dict[str, Any] | None = None  # a Loader state to continue from
-        self.with_state = False  # yield (batch, the loader's state after it) pairs
+        # Yield (batch, the loader's state after it, WorkerReport or None) triples.
+        self.with_state = False
+        self.max_events: int | None = None  # keep a timeline of this many events
+        self.live: Loader | None = None  # the loader iterating in this process, if any
         self._opened: ShardDataset | None = None  # this process's open dataset
 
     def __getstate__(self) -> dict[str, Any]:
         # Worker processes open the dataset themselves; open stores do not travel.
         state = dict(self.__dict__)
         state["_opened"] = None
+        state["live"] = None
         return state
 
     def opened(self) -> ShardDataset:
@@ -132,6 +149,13 @@ class StokerIterableDataset(IterableDataset[dict[str, Any]]):
         }
 
     def __iter__(self) -> Iterator[Any]:
+        if batched_by_a_dataloader(self):
+            raise TypeError(
+                f"{self.url}: StokerIterableDataset yields whole batches of "
+                f"{self.batch_size}; give the DataLoader batch_size=None "
+                "(DataLoader(dataset, batch_size=None, num_workers=k)): with its default "
+                "batch_size=1 every array would gain a leading dimension of 1"
+            )
         info = get_worker_info()
         options: LoaderOptions = dict(self.options)  # type: ignore[assignment]  # a copy
         world = options.get("world") or World()
@@ -145,9 +169,21 @@ class StokerIterableDataset(IterableDataset[dict[str, Any]]):
             loader.set_epoch(self.epoch)
             if self.resume is not None:
                 loader.load_state_dict(self.resume)
+            if self.max_events is not None:
+                loader.trace(max_events=self.max_events)
+            self.live = loader
+            last: TraceEvent | None = None
             for batch in loader:
                 tensors = to_tensors(batch)
-                yield (tensors, loader.state_dict()) if self.with_state else tensors
+                if not self.with_state:
+                    yield tensors
+                    continue
+                report = None
+                if info is not None:  # the training process cannot see this loader
+                    events = new_events(loader.events(), last) if self.max_events else []
+                    last = events[-1] if events else last
+                    report = WorkerReport(info.id, loader.stats(), tuple(events))
+                yield tensors, loader.state_dict(), report
 
 
 class TorchLoader:
@@ -156,6 +192,13 @@ class TorchLoader:
     ``state_dict()`` is the state after the last batch this loader handed out (each batch
     travels with its loader's state, so it holds with DataLoader workers too), not after
     the one already on its way to the device.
+
+    ``stats()`` covers every epoch this loader has run. With ``num_workers=0`` it is what
+    the :class:`stoker.Loader` inside says. With workers, each batch brings its worker's
+    counters: samples, batches, requests, bytes and stage times add up over the workers
+    (stage times include batches a worker has made ahead and not yet handed over, up to
+    the DataLoader's ``prefetch_factor`` each), and the ``consumer.wait`` and
+    ``consumer.step`` stages are measured here, in the training process.
 
     Args:
         url: Dataset URL.
@@ -189,6 +232,7 @@ class TorchLoader:
         self.device = torch.device(device) if device is not None else None
         self.channels_last = channels_last
         self._state: dict[str, Any] | None = None  # the state after the last delivery
+        self._record = RunRecord(in_process=num_workers == 0)
         # Weak: the iteration refers to this loader, and a cycle would leave an abandoned
         # one to the garbage collector, which may close it on any thread at any time.
         self._running: weakref.ref[Generator[dict[str, Any], None, None]] | None = None
@@ -229,9 +273,31 @@ class TorchLoader:
             "segments": [[s.world_size, s.consumed] for s in point.segments],
         }
 
+    # -- observe -------------------------------------------------------------------------
+
+    def trace(self, *, max_events: int = 200_000) -> None:
+        """Keep a timeline of the last ``max_events`` stage runs from the next iteration on,
+        in this process and in every worker (see :meth:`stoker.Loader.trace`)."""
+        self.dataset.max_events = max_events
+        self._record.trace(max_events)
+
+    def events(self) -> list[TraceEvent]:
+        """The timeline kept since :meth:`trace`, oldest first: the loader's stages, from
+        every worker (their decode threads share the ``decode N`` rows of a trace)."""
+        return self._record.events(self.dataset.live)
+
+    def stats(self) -> LoaderStats:
+        """The counters of every epoch run so far (see the class docstring for workers)."""
+        return self._record.stats(self.dataset.live)
+
+    def _finish_epoch(self) -> None:
+        self._record.finish(self.dataset.live)
+        self.dataset.live = None
+
     def _batches(self) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
         if self.num_workers == 0:
-            yield from self.dataset
+            for batch, state, _ in self.dataset:
+                yield batch, state
             return
         loader = DataLoader(
             self.dataset,
@@ -240,7 +306,14 @@ class TorchLoader:
             persistent_workers=False,
             multiprocessing_context="spawn",
         )
-        yield from loader
+        resumed = time.perf_counter()
+        for batch, state, report in loader:
+            now = time.perf_counter()
+            self._record.report(report)
+            self._record.delivered(len(batch["label"]), resumed, now)
+            yield batch, state
+            resumed = time.perf_counter()
+            self._record.stepped(now, resumed)
 
     def _prepare(self, batch: dict[str, Any]) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -267,22 +340,27 @@ class TorchLoader:
             # torch.cuda.Stream's constructor carries no annotations.
             stream = torch.cuda.Stream(device=self.device)  # type: ignore[no-untyped-call]
         upcoming: tuple[dict[str, Any], dict[str, Any]] | None = None
-        for batch, state in self._batches():
-            if stream is None:
-                self._state = state
-                yield self._prepare(batch)
-                continue
-            with torch.cuda.stream(stream):
-                ready = (self._prepare(batch), state)
-            if upcoming is not None:
+        try:
+            for batch, state in self._batches():
+                if stream is None:
+                    self._state = state
+                    yield self._prepare(batch)
+                    continue
+                with torch.cuda.stream(stream):
+                    ready = (self._prepare(batch), state)
+                if upcoming is not None:
+                    yield self._deliver(upcoming, stream)
+                upcoming = ready
+            if upcoming is not None and stream is not None:
                 yield self._deliver(upcoming, stream)
-            upcoming = ready
-        if upcoming is not None and stream is not None:
-            yield self._deliver(upcoming, stream)
+        except GeneratorExit:
+            self._finish_epoch()  # stopped early: its work still counts
+            raise
         # The epoch is over: the next iteration, and a state saved now, start the next one.
         self._state = None
         self.dataset.resume = None
         self.dataset.epoch += 1
+        self._finish_epoch()
 
     def _deliver(
         self, upcoming: tuple[dict[str, Any], dict[str, Any]], stream: Any

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from stoker.core.metrics import Stage, StageTotals
@@ -164,3 +164,90 @@ class ProgressLog:
             snapshot.requests.get("requests.get", 0),
             format_bytes(snapshot.requests.get("bytes.read", 0)),
         )
+
+
+def _add(a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
+    return {k: a.get(k, 0) + b.get(k, 0) for k in sorted(set(a) | set(b))}
+
+
+def _add_stages(a: dict[str, StageTotals], b: dict[str, StageTotals]) -> dict[str, StageTotals]:
+    empty = StageTotals()
+    out = {}
+    for name in sorted(set(a) | set(b)):
+        x, y = a.get(name, empty), b.get(name, empty)
+        out[name] = StageTotals(
+            x.seconds + y.seconds, x.calls + y.calls, x.items + y.items, x.bytes + y.bytes
+        )
+    return out
+
+
+def side_by_side(parts: Sequence[LoaderStats]) -> LoaderStats:
+    """The stats of loaders that ran at the same time over one rank's epoch (its
+    DataLoader worker processes, each making every k-th batch).
+
+    Counts, stage totals, requests, threads and prefetch add up (each worker has its
+    own store, threads and read-ahead); padding and ``epoch_samples`` belong to the rank,
+    so they are the largest part's (every worker plans the rank's whole epoch); autotune
+    is ``"tuning"`` while any part tunes.
+    """
+    total = LoaderStats()
+    for part in parts:
+        total = LoaderStats(
+            samples=total.samples + part.samples,
+            batches=total.batches + part.batches,
+            skipped=total.skipped + part.skipped,
+            padded=max(total.padded, part.padded),
+            cache_hits=total.cache_hits + part.cache_hits,
+            requests=_add(total.requests, part.requests),
+            disk_cache=_add(total.disk_cache, part.disk_cache),
+            stages=_add_stages(total.stages, part.stages),
+            epoch_samples=max(total.epoch_samples, part.epoch_samples),
+            threads=total.threads + part.threads,
+            prefetch=total.prefetch + part.prefetch,
+            autotune=_autotune(total.autotune, part.autotune) if total.batches else part.autotune,
+        )
+    return total
+
+
+def one_after_another(
+    earlier: LoaderStats, later: LoaderStats, *, same_store: bool = False
+) -> LoaderStats:
+    """The stats of a loader's runs in sequence (one per epoch): counts and stage totals
+    add up; settings are the later run's, once it has delivered a batch.
+
+    Args:
+        earlier: The runs so far.
+        later: The next run.
+        same_store: Both read through one store whose counters keep running (the
+            requests and disk cache counts of ``later`` already hold ``earlier``'s).
+    """
+    settings = later if later.batches or not earlier.batches else earlier
+    return LoaderStats(
+        samples=earlier.samples + later.samples,
+        batches=earlier.batches + later.batches,
+        skipped=earlier.skipped + later.skipped,
+        padded=earlier.padded + later.padded,
+        cache_hits=earlier.cache_hits + later.cache_hits,
+        requests=(
+            dict(later.requests or earlier.requests)
+            if same_store
+            else _add(earlier.requests, later.requests)
+        ),
+        disk_cache=(
+            dict(later.disk_cache or earlier.disk_cache)
+            if same_store
+            else _add(earlier.disk_cache, later.disk_cache)
+        ),
+        stages=_add_stages(earlier.stages, later.stages),
+        epoch_samples=settings.epoch_samples,
+        threads=settings.threads,
+        prefetch=settings.prefetch,
+        autotune=settings.autotune,
+    )
+
+
+def _autotune(a: str, b: str) -> str:
+    for state in ("tuning", "settled"):
+        if state in (a, b):
+            return state
+    return "fixed"
