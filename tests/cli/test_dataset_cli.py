@@ -10,6 +10,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from stoker.cli.main import cli
+from stoker.format.reader import open_dataset
 from stoker.pack.packer import PackConfig, pack
 from stoker.testing.images import write_image_folder
 
@@ -63,3 +64,24 @@ def test_verify_json_reports_a_sound_and_a_damaged_dataset(tmp_path: Path) -> No
     for problem in report["corrupt"]:
         assert set(problem) == {"shard", "sample", "problem"}
         assert problem["shard"].endswith(shard.name)
+
+
+def test_index_names_labelled_classes_by_number(tmp_path: Path) -> None:
+    (tmp_path / "shard-0.tar").write_bytes(
+        make_tar([("a.txt", b"alpha"), ("a.cls", b"2"), ("b.txt", b"beta"), ("b.cls", b"0")])
+    )
+    result = CliRunner().invoke(cli, ["index", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert open_dataset(tmp_path).class_names == ["0", "1", "2"]
+    inspect = CliRunner().invoke(cli, ["inspect", str(tmp_path), "--json"])
+    assert json.loads(inspect.output)["classes"] == {"0": 1, "2": 1}
+    few = CliRunner().invoke(cli, ["index", str(tmp_path), "--class-name", "x"])
+    assert few.exit_code == 1
+    assert "shard-0.tar: sample 'a' has label 2, and 1 class names were given" in few.output
+
+
+def test_index_without_labels_has_no_class_names(tmp_path: Path) -> None:
+    (tmp_path / "shard-0.tar").write_bytes(make_tar([("a.txt", b"alpha"), ("b.txt", b"beta")]))
+    result = CliRunner().invoke(cli, ["index", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert open_dataset(tmp_path).class_names == []

@@ -81,7 +81,9 @@ def test_relative_paths_resolve_against_the_list(
     (tmp_path / "lists").mkdir()
     (tmp_path / "lists/l.csv").write_text("url\n../img/dog.png\n")
     monkeypatch.chdir(tmp_path)
-    (ref,) = ListFileReader("lists/l.csv").refs()
+    with pytest.raises(SourceError, match=r"row 1 \(line 2\): '\.\./img/dog\.png' lies outside"):
+        ListFileReader("lists/l.csv").refs()
+    (ref,) = ListFileReader("lists/l.csv", allow_outside=True).refs()
     assert Path(ref.location).resolve() == (tmp_path / "img/dog.png").resolve()
 
 
@@ -148,8 +150,14 @@ def test_s3_list_with_relative_and_absolute_urls(s3_bucket: Any, tmp_path: Path)
         "data/lists/train.csv",
         f"path,label\n../img/a.jpg,x\n{s3_bucket.url}/other/b.webp,y\n{local},x\n".encode(),
     )
+    with pytest.raises(SourceError, match=r"row 1 \(line 2\): '\.\./img/a\.jpg' lies outside"):
+        ListFileReader(
+            f"{s3_bucket.url}/data/lists/train.csv", storage_options=s3_bucket.options()
+        ).refs()
     reader = ListFileReader(
-        f"{s3_bucket.url}/data/lists/train.csv", storage_options=s3_bucket.options()
+        f"{s3_bucket.url}/data/lists/train.csv",
+        storage_options=s3_bucket.options(),
+        allow_outside=True,
     )
     refs = reader.refs()
     assert [r.location for r in refs] == [
@@ -167,9 +175,11 @@ def test_s3_list_with_relative_and_absolute_urls(s3_bucket: Any, tmp_path: Path)
     store.put("data/lists/bad.csv", b"path\n../../../x.jpg\n")
     with pytest.raises(SourceError, match="points outside the bucket"):
         ListFileReader(
-            f"{s3_bucket.url}/data/lists/bad.csv", storage_options=s3_bucket.options()
+            f"{s3_bucket.url}/data/lists/bad.csv",
+            storage_options=s3_bucket.options(),
+            allow_outside=True,
         ).refs()
-    store.put("data/lists/gone.csv", b"path\n../img/gone.jpg\n")
+    store.put("data/lists/gone.csv", b"path\nimg/gone.jpg\n")
     gone = ListFileReader(
         f"{s3_bucket.url}/data/lists/gone.csv", storage_options=s3_bucket.options()
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -14,7 +15,11 @@ from PIL import Image
 from stoker.cli.main import cli
 from stoker.format.reader import open_dataset
 from stoker.pack.imagecheck import check_jpeg_decodes, check_png_decodes
+from stoker.pack.packer import pack
+from stoker.pack.sources import refuse_destination_in_source
 from stoker.pipeline.decode import decode_full
+from stoker.storage import open_store
+from stoker.storage.transfer import upload
 from stoker.testing.images import make_jpeg, write_image_folder
 
 
@@ -114,3 +119,152 @@ def test_truncated_png_is_refused_by_pack(tmp_path: Path) -> None:
     result = _stoker("pack", tmp_path / "src", tmp_path / "ds")
     assert result.exit_code == 1
     assert f"{victim}: cannot decode image" in result.output
+
+
+def _list_folder(tmp_path: Path) -> Path:
+    write_image_folder(tmp_path / "data" / "img", files=3, classes=1, width=32, height=24)
+    rows = sorted(
+        p.relative_to(tmp_path / "data").as_posix() for p in (tmp_path / "data").rglob("*.jpg")
+    )
+    (tmp_path / "data" / "train.csv").write_text("path,label\n" + "".join(f"{r},0\n" for r in rows))
+    return tmp_path / "data" / "train.csv"
+
+
+@pytest.mark.parametrize("row", ["{secret}", "../secret.jpg", "img/link.jpg", "file://{secret}"])
+def test_list_rows_outside_the_list_folder_are_refused(tmp_path: Path, row: str) -> None:
+    listing = _list_folder(tmp_path)
+    secret = tmp_path / "secret.jpg"  # stands for ~/.aws/credentials
+    secret.write_bytes(make_jpeg(np.random.default_rng(0), width=16, height=16))
+    (tmp_path / "data" / "img" / "link.jpg").symlink_to(secret)
+    row = row.format(secret=secret)
+    with listing.open("a") as out:
+        out.write(f"{row},0\n")
+    result = _stoker("pack", listing, tmp_path / "ds")
+    assert result.exit_code == 1
+    assert f"row 4 (line 5): {row!r} lies outside the list's folder" in result.output
+    assert "--allow-outside-list" in result.output
+    assert not (tmp_path / "ds").exists() or not (tmp_path / "ds" / "index.json").exists()
+    allowed = _stoker("pack", listing, tmp_path / "ds2", "--allow-outside-list")
+    assert allowed.exit_code == 0, allowed.output
+    assert len(open_dataset(tmp_path / "ds2")) == 4
+
+
+def test_list_rows_inside_the_folder_pack(tmp_path: Path) -> None:
+    listing = _list_folder(tmp_path)
+    inside = tmp_path / "data" / "img" / "class_00"
+    absolute = next(inside.glob("*.jpg"))
+    with listing.open("a") as out:
+        out.write(f"{absolute},0\n")  # absolute, but inside
+    result = _stoker("pack", listing, tmp_path / "ds")
+    assert result.exit_code == 0, result.output
+    assert len(open_dataset(tmp_path / "ds")) == 4
+
+
+@pytest.mark.parametrize("where", [".", "packed", "class_00/packed"])
+def test_packing_into_the_source_folder_is_refused(tmp_path: Path, where: str) -> None:
+    write_image_folder(tmp_path / "src", files=4, classes=2, width=32, height=24)
+    destination = tmp_path / "src" / where
+    result = _stoker("pack", tmp_path / "src", destination)
+    assert result.exit_code == 1
+    assert f"destination {destination.resolve()} is inside the source folder" in result.output
+    assert f"{(tmp_path / 'src').resolve()}" in result.output
+    assert not (destination / "_stoker").exists()
+    beside = _stoker("pack", tmp_path / "src", tmp_path / "packed")
+    assert beside.exit_code == 0, beside.output
+
+
+def test_packing_into_the_source_prefix_is_refused(s3_bucket: Any, tmp_path: Path) -> None:
+    write_image_folder(tmp_path / "src", files=4, classes=2, width=32, height=24)
+    upload(
+        tmp_path / "src", open_store(f"{s3_bucket.url}/raw", storage_options=s3_bucket.options())
+    )
+    options = s3_bucket.options()
+    inside = f"destination {s3_bucket.url}/raw/ds is inside the source folder {s3_bucket.url}/raw:"
+    with pytest.raises(ValueError, match=inside):
+        pack(f"{s3_bucket.url}/raw", f"{s3_bucket.url}/raw/ds", storage_options=options)
+    # A sibling prefix that merely starts alike is not inside.
+    refuse_destination_in_source(f"{s3_bucket.url}/raw", f"{s3_bucket.url}/raw-packed")
+
+
+def test_a_refused_repack_names_the_arguments_that_differ(tmp_path: Path) -> None:
+    write_image_folder(tmp_path / "src", files=6, classes=2, width=32, height=24)
+    assert _stoker("pack", tmp_path / "src", tmp_path / "ds").exit_code == 0
+    again = _stoker(
+        "pack", tmp_path / "src", tmp_path / "ds", "--quality", "80", "--shuffle-seed", "7"
+    )
+    assert again.exit_code == 1
+    assert "already holds a pack of other input or arguments" in again.output
+    assert "images.quality: null then, 80 now" in again.output
+    assert "shuffle_seed: 0 then, 7 now" in again.output
+    assert "input:" not in again.output
+    write_image_folder(tmp_path / "other", files=4, classes=1, width=32, height=24)
+    other = _stoker("pack", tmp_path / "other", tmp_path / "ds")
+    assert other.exit_code == 1
+    assert "(6 inputs) then" in other.output
+    assert "(4 inputs) now" in other.output
+    assert "images." not in other.output
+
+
+def test_pack_class_names(tmp_path: Path) -> None:
+    write_image_folder(tmp_path / "data" / "img", files=4, classes=1, width=32, height=24)
+    rows = sorted(
+        p.relative_to(tmp_path / "data").as_posix() for p in (tmp_path / "data").rglob("*.jpg")
+    )
+    (tmp_path / "data" / "l.csv").write_text(
+        "path,label\n" + "".join(f"{r},{i % 2}\n" for i, r in enumerate(rows))
+    )
+    named = _stoker(
+        "pack",
+        tmp_path / "data" / "l.csv",
+        tmp_path / "ds",
+        "--class-name",
+        "cat",
+        "--class-name",
+        "dog",
+    )
+    assert named.exit_code == 0, named.output
+    assert open_dataset(tmp_path / "ds").class_names == ["cat", "dog"]
+    short = _stoker("pack", tmp_path / "data" / "l.csv", tmp_path / "ds2", "--class-name", "cat")
+    assert short.exit_code == 1
+    assert "line 3: label 1 is out of range for 1 class names" in short.output
+    folder = _stoker("pack", tmp_path / "data" / "img", tmp_path / "ds3", "--class-name", "x")
+    assert folder.exit_code == 1
+    assert "the input names its classes ['class_00']" in folder.output
+
+
+def test_workers_are_bounded_by_the_open_file_limit(tmp_path: Path) -> None:
+    import resource
+    import subprocess
+    import sys
+
+    write_image_folder(tmp_path / "src", files=2, classes=1, width=32, height=24)
+    command = [
+        str(Path(sys.executable).with_name("stoker")),
+        "pack",
+        str(tmp_path / "src"),
+        str(tmp_path / "ds"),
+    ]
+
+    def low_limit() -> None:
+        resource.setrlimit(
+            resource.RLIMIT_NOFILE, (256, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
+        )
+
+    refused = subprocess.run(
+        [*command, "--workers", "500"],
+        capture_output=True,
+        text=True,
+        preexec_fn=low_limit,
+        timeout=120,
+    )
+    assert refused.returncode == 2, refused.stderr
+    assert "--workers" in refused.stderr
+    assert "this process may open 256 (ulimit -n): use 192 workers or fewer" in refused.stderr
+    fits = subprocess.run(
+        [*command, "--workers", "192"],
+        capture_output=True,
+        text=True,
+        preexec_fn=low_limit,
+        timeout=120,
+    )
+    assert fits.returncode == 0, fits.stderr

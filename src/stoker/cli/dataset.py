@@ -16,6 +16,7 @@ from stoker.core.units import format_bytes
 from stoker.format.reader import ShardDataset, open_dataset
 from stoker.format.spec import DEFAULT_MAX_PIXELS, MAX_PREFIXES
 from stoker.pack.indexer import index_webdataset
+from stoker.pack.limits import check_workers
 from stoker.pack.packer import DEFAULT_SHARD_BYTES, PackConfig, pack
 from stoker.pack.reencode import ImagePolicy
 from stoker.pack.sources import FORMATS
@@ -102,7 +103,7 @@ def parse_size(text: str) -> int:
     type=click.IntRange(1, 1024),
     default=32,
     show_default=True,
-    help="Samples read at once.",
+    help="Samples read at once; at most the open-file limit (ulimit -n) less 64.",
 )
 @click.option(
     "--engine",
@@ -126,6 +127,20 @@ def parse_size(text: str) -> int:
     help="Spread shards over this many key prefixes (00/, 40/, ...): each S3 prefix "
     "serves a limited number of requests per second.",
 )
+@click.option(
+    "--class-name",
+    "class_names",
+    multiple=True,
+    metavar="NAME",
+    help="Name of label 0, then 1, ... (repeat, in label order) for the index, and for "
+    "class names in a list's label column. An image folder's names are its folders.",
+)
+@click.option(
+    "--allow-outside-list",
+    is_flag=True,
+    help="Let a CSV/JSONL list name files outside its own folder (absolute paths, ../, "
+    "other buckets); refused by default.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option("--no-progress", is_flag=True, help="Do not show the progress bar.")
 @click.pass_context
@@ -147,6 +162,8 @@ def pack_command(
     engine: str,
     on_error: str,
     prefixes: int,
+    class_names: tuple[str, ...],
+    allow_outside_list: bool,
     as_json: bool,
     no_progress: bool,
 ) -> None:
@@ -154,8 +171,14 @@ def pack_command(
     bucket) into indexed tar shards at DST_URL.
 
     Shards are written whole and the index last, so an interrupted pack never leaves an index
-    that points at a partial shard; rerunning the same command resumes where it stopped.
+    that points at a partial shard; rerunning the same command resumes where it stopped (with
+    other input or arguments it is refused, naming what differs). Every image is checked as
+    training will decode it; DST_URL may not lie inside an input folder.
     """
+    try:
+        check_workers(workers)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--workers") from None
     config = PackConfig(
         max_shard_bytes=parse_size(shard_size),
         samples_per_shard=samples_per_shard,
@@ -194,6 +217,8 @@ def pack_command(
             source_format=source_format,
             storage_options=_storage(ctx),
             progress=progress,
+            class_names=list(class_names) or None,
+            allow_outside_list=allow_outside_list,
         )
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=2))
@@ -329,7 +354,8 @@ def verify_command(ctx: click.Context, url: str, as_json: bool) -> None:
     "class_names",
     multiple=True,
     metavar="NAME",
-    help="Class names in label order (repeat); labels come from .cls members.",
+    help="Class names in label order (repeat); labels come from .cls members. Without "
+    'names, labels are named "0", "1", ...',
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.pass_context

@@ -51,9 +51,16 @@ def index_webdataset(
     sample's span checksummed; labels come from ``.cls`` members. The index is written
     beside the shards, which stay as they are, so the dataset opens with two GETs.
 
+    Args:
+        url: The folder or prefix holding the tars.
+        storage_options: See :func:`stoker.open_store`.
+        class_names: Names of labels 0, 1, ...; without them, labels that exist are named
+            ``"0"``, ``"1"``, ... up to the largest.
+        progress: Called with each tar's name and size once it is read.
+
     Raises:
-        SourceError: No tars, or a tar that breaks WebDataset's rules (names the tar and
-            member).
+        SourceError: No tars, a tar that breaks WebDataset's rules (names the tar and
+            member), or a label with no name among ``class_names``.
     """
     store = open_store(url, storage_options=storage_options)
     started = time.perf_counter()
@@ -91,7 +98,7 @@ def index_webdataset(
             progress(name, len(data))
     index = DatasetIndex.from_shards(
         [r for r in records if r.samples],
-        class_names=list(class_names or []),
+        class_names=_class_names(class_names, records, store.url),
         fields=fields,
         packed_with={"indexed_from": "webdataset", "shards": len(names)},
     )
@@ -99,3 +106,16 @@ def index_webdataset(
     return IndexReport(
         store.url, len(index.shards), len(index), total, time.perf_counter() - started
     )
+
+
+def _class_names(given: list[str] | None, records: list[ShardRecord], url: str) -> list[str]:
+    labelled = [(s.label, r.name, s.key) for r in records for s in r.samples if s.label >= 0]
+    top = max(labelled, default=(-1, "", ""))
+    if not given:
+        return [str(label) for label in range(top[0] + 1)]
+    if top[0] >= len(given):
+        raise SourceError(
+            f"{url}/{top[1]}: sample {top[2]!r} has label {top[0]}, and {len(given)} class "
+            "names were given"
+        )
+    return list(given)

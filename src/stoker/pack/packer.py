@@ -26,12 +26,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from stoker.errors import SourceError, StokerError
+from stoker.errors import SourceError
 from stoker.format.foreign.base import AsyncSampleReader, Sample, SampleReader, SampleRef
 from stoker.format.index import DatasetIndex, write_index
 from stoker.format.spec import (
     IMAGE_FIELDS,
-    MANIFEST_NAME,
     MAX_PREFIXES,
     PACK_STATE_DIR,
     normalise_extension,
@@ -39,9 +38,10 @@ from stoker.format.spec import (
     shard_name,
 )
 from stoker.format.writer import SampleRecord, ShardRecord, ShardWriter
-from stoker.pack.plan import PackPlan, plan_shards
+from stoker.pack.plan import plan_shards
 from stoker.pack.reencode import ImagePolicy, process_image
-from stoker.pack.sources import open_reader
+from stoker.pack.resume import check_shards_present, resume_state
+from stoker.pack.sources import check_class_names, open_reader, refuse_destination_in_source
 from stoker.storage import Store, open_store
 from stoker.storage.engine import default_engine
 
@@ -285,6 +285,8 @@ def pack(
     source_format: str = "auto",
     storage_options: Mapping[str, Any] | None = None,
     progress: Callable[[int, int, int], None] | None = None,
+    class_names: Sequence[str] | None = None,
+    allow_outside_list: bool = False,
 ) -> PackReport:
     """Pack ``source`` into indexed shards at ``destination``.
 
@@ -297,23 +299,32 @@ def pack(
             ``"list"``, ``"webdataset"``, ``"tfrecord"``, ``"hdf5"``.
         storage_options: For both source and destination (see :func:`stoker.open_store`).
         progress: Called as ``progress(total_samples, done_samples_delta, bytes_delta)``.
+        class_names: Names of the labels, in label order, for the index (and for a list's
+            class-name labels); an image folder's names are its folders, and must match.
+        allow_outside_list: Let a CSV/JSONL list name files outside its own folder.
 
     Returns:
         What was packed.
 
     Raises:
         SourceError: Bad input with ``on_error="raise"``; names the file or record.
-        StokerError: The destination holds a pack made from other input or arguments.
+        StokerError: The destination holds a pack made from other input or arguments
+            (the message names the arguments that differ).
+        ValueError: The destination lies inside the source folder.
     """
     config = config or PackConfig()
     started = time.perf_counter()
+    refuse_destination_in_source(os.fspath(source), os.fspath(destination))
     reader, fmt = open_reader(
         os.fspath(source),
         source_format=source_format,
         storage_options=storage_options,
         on_error=config.on_error,
+        class_names=class_names,
+        allow_outside_list=allow_outside_list,
     )
     refs = reader.refs()
+    names = check_class_names(class_names, reader.class_names, refs)
     plan = plan_shards(
         refs,
         max_shard_bytes=config.max_shard_bytes,
@@ -323,7 +334,7 @@ def pack(
     )
     store = open_store(destination, storage_options=storage_options)
     report = PackReport(source=reader.description, source_format=fmt, destination=store.url)
-    done = _resume_state(store, plan, fmt, reader.description)
+    done = resume_state(store, plan, fmt, reader.description)
     todo = [n for n in range(len(plan.shards)) if n not in done]
     report.shards_reused = len(done)
     if progress is not None:
@@ -396,10 +407,10 @@ def pack(
         "shuffle_seed": config.shuffle_seed,
         **config.output_params(),
     }
-    _check_shards_present(store, records)
+    check_shards_present(store, records)
     index = DatasetIndex.from_shards(
         [r for r in records if r.samples],
-        class_names=list(reader.class_names),
+        class_names=names,
         fields=fields,
         packed_with=packed_with,
         skipped=skipped,
@@ -411,64 +422,3 @@ def pack(
     report.requests = {"source": reader.requests(), "destination": store.counters.snapshot()}
     report.seconds = time.perf_counter() - started
     return report
-
-
-def _check_shards_present(store: Store, records: list[ShardRecord]) -> None:
-    """Before the commit point: every shard the index will name exists, at its size."""
-    engine = store.engine
-
-    async def head_all() -> list[int]:
-        return [m.size for m in await asyncio.gather(*(store.head_async(r.name) for r in records))]
-
-    try:
-        sizes = engine.run(head_all())
-    except FileNotFoundError as exc:
-        raise StokerError(f"a shard vanished before the index was written: {exc}") from exc
-    for record, size in zip(records, sizes, strict=True):
-        if size != record.size:
-            raise StokerError(
-                f"{store.url}/{record.name} is {size} bytes, its record says {record.size}; "
-                f"delete {PACK_STATE_DIR}/ and pack again"
-            )
-
-
-def _resume_state(store: Store, plan: PackPlan, fmt: str, description: str) -> dict[int, bytes]:
-    """Records of shards finished by an earlier run of the same plan."""
-    plan_key = f"{PACK_STATE_DIR}/plan.json"
-    try:
-        existing = json.loads(bytes(store.get(plan_key)))
-    except FileNotFoundError:
-        existing = None
-    if existing is not None and existing.get("plan_id") != plan.plan_id:
-        raise StokerError(
-            f"{store.url} already holds a pack of other input or arguments "
-            f"(plan {existing.get('plan_id')}, this one {plan.plan_id}); pack into a new "
-            f"destination or delete the old one first"
-        )
-    if existing is None:
-        try:
-            store.head(MANIFEST_NAME)
-        except FileNotFoundError:
-            pass
-        else:
-            raise StokerError(f"{store.url} already holds a dataset not made by this pack")
-        state = {
-            "plan_id": plan.plan_id,
-            "shards": len(plan.shards),
-            "format": fmt,
-            "source": description,
-        }
-        store.put(plan_key, json.dumps(state).encode())
-        return {}
-    done: dict[int, bytes] = {}
-    for meta in store.list(PACK_STATE_DIR):
-        name = meta.key.rsplit("/", 1)[-1]
-        if name.startswith("shard-") and name.endswith(".json"):
-            number = int(name[len("shard-") : -len(".json")])
-            if number < len(plan.shards):
-                done[number] = bytes(store.get(meta.key))
-    if done:
-        logger.info(
-            "%s: resuming; %d of %d shards already complete", store.url, len(done), len(plan.shards)
-        )
-    return done

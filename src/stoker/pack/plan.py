@@ -6,7 +6,7 @@ import hashlib
 import json
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from stoker.format.foreign.base import SampleRef
@@ -23,10 +23,15 @@ class PackPlan:
         shards: For each shard, indices into the reader's reference list, in write order.
         plan_id: Hash of the references and the parameters that shaped the plan; a rerun
             with the same input and arguments gets the same id, and resumes.
+        settings: The parameters in the id, by name (so a refused rerun can name those
+            that differ).
+        listing_id: Hash of the references alone (the input's listing).
     """
 
     shards: list[list[int]]
     plan_id: str
+    settings: dict[str, Any] = field(default_factory=dict)
+    listing_id: str = ""
 
 
 def plan_shards(
@@ -81,6 +86,14 @@ def plan_shards(
         **(params or {}),
     }
     digest.update(json.dumps(settings, sort_keys=True).encode())
+    listing = hashlib.sha256()
     for ref in refs:
-        digest.update(f"{ref.key}\0{ref.location}\0{ref.start}\0{ref.length}\n".encode())
-    return PackPlan(shards=shards, plan_id=digest.hexdigest()[:32])
+        line = f"{ref.key}\0{ref.location}\0{ref.start}\0{ref.length}\n".encode()
+        digest.update(line)
+        listing.update(line)
+    return PackPlan(
+        shards=shards,
+        plan_id=digest.hexdigest()[:32],
+        settings=settings,
+        listing_id=listing.hexdigest()[:32],
+    )

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from stoker.format.foreign.base import SampleReader
+from stoker.format.foreign.base import SampleReader, SampleRef
 from stoker.format.foreign.locations import is_remote
 from stoker.storage import open_store
+from stoker.storage.url import parse_url
 
 logger = logging.getLogger(__name__)
 
@@ -50,8 +51,14 @@ def open_reader(
     source_format: SourceFormat | str = "auto",
     storage_options: Mapping[str, Any] | None = None,
     on_error: Literal["raise", "skip"] = "raise",
+    class_names: Sequence[str] | None = None,
+    allow_outside_list: bool = False,
 ) -> tuple[SampleReader, str]:
     """The reader for ``location`` and the format it reads (guessed when ``"auto"``).
+
+    ``class_names`` go to the readers whose labels are numbers or names in the input
+    (lists, WebDataset tars); ``allow_outside_list`` lets a list name files outside its
+    folder (see :class:`~stoker.format.foreign.listfile.ListFileReader`).
 
     Raises:
         ValueError: Unknown format.
@@ -68,11 +75,18 @@ def open_reader(
     if fmt == "list":
         from stoker.format.foreign.listfile import ListFileReader
 
-        return ListFileReader(location, storage_options=storage_options), fmt
+        return ListFileReader(
+            location,
+            storage_options=storage_options,
+            class_names=class_names,
+            allow_outside=allow_outside_list,
+        ), fmt
     if fmt == "webdataset":
         from stoker.format.foreign.wds_tar import WebDatasetTarReader
 
-        return WebDatasetTarReader(location, storage_options=storage_options), fmt
+        return WebDatasetTarReader(
+            location, storage_options=storage_options, class_names=class_names
+        ), fmt
     if fmt == "tfrecord":
         from stoker.format.foreign.tfrecord import TFRecordReader
 
@@ -91,3 +105,60 @@ def _top_level_names(location: str, storage_options: Mapping[str, Any] | None) -
         return [m.key.lower() for m in listing.objects]
     root = Path(location.removeprefix("file://"))
     return sorted(p.name.lower() for p in root.iterdir() if p.is_file())
+
+
+def refuse_destination_in_source(source: str, destination: str) -> None:
+    """Refuse a destination inside the source folder (or the folder itself): the next pack
+    of that folder would read the shards as input, and a resumed one would mix them in.
+
+    Raises:
+        ValueError: Naming both.
+    """
+    src, dst = parse_url(source), parse_url(destination)
+    if (src.scheme, src.bucket) != (dst.scheme, dst.bucket):
+        return
+    if src.scheme == "file":
+        if not Path(src.prefix).is_dir():  # a list, tar or HDF5 file: no folder to poison
+            return
+        inside = Path(dst.prefix).is_relative_to(Path(src.prefix))
+    else:
+        if src.prefix.lower().endswith((*_TFRECORD, *_HDF5, *_LIST, ".tar")):
+            return
+        inside = dst.prefix == src.prefix or dst.prefix.startswith(f"{src.prefix}/".lstrip("/"))
+    if inside:
+        raise ValueError(
+            f"destination {dst} is inside the source folder {src}: packing that folder again "
+            "would read these shards as input; pack into a folder outside it"
+        )
+
+
+def check_class_names(
+    given: Sequence[str] | None, found: Sequence[str], refs: Sequence[SampleRef]
+) -> list[str]:
+    """The class names for the index: those given (checked against the input), else the
+    reader's.
+
+    Raises:
+        ValueError: Names given twice, names that contradict the ones the input carries
+            (an image folder's), or a label with no name.
+    """
+    if not given:
+        return list(found)
+    names = list(given)
+    if len(set(names)) != len(names):
+        raise ValueError(
+            f"class names given twice: {sorted(n for n in set(names) if names.count(n) > 1)}"
+        )
+    if found and list(found) != names:
+        raise ValueError(
+            f"the input names its classes {list(found)[:10]}; the class names given, "
+            f"{names[:10]}, differ (give none, or the same in the same order)"
+        )
+    top = max((ref.label for ref in refs), default=-1)
+    if top >= len(names):
+        ref = next(ref for ref in refs if ref.label == top)
+        raise ValueError(
+            f"{ref.location}: sample {ref.key!r} has label {top}, and {len(names)} class "
+            "names were given"
+        )
+    return names

@@ -6,6 +6,12 @@ or ``image``, first match wins, case-insensitive) and optionally a label column 
 paths resolve against the list file's own directory or prefix; absolute paths and URLs are
 used as they are.
 
+Every row must name a file inside the list's own folder (or bucket prefix): a row such as
+``/home/u/.aws/credentials``, ``../x``, a symbolic link leading out, or a URL elsewhere is
+refused, naming its row, unless ``allow_outside=True`` (``stoker pack
+--allow-outside-list``): a list from someone else must not make a pack read, and perhaps
+publish, files its author chose.
+
 Labels are integers (kept; -1 or an empty value means none) or class names (strings),
 which map to their index in the ``class_names`` given to the reader, or, if none were
 given, in the sorted set of names found.
@@ -56,6 +62,8 @@ class ListFileReader:
         location: The list file: a local path or an object URL.
         storage_options: Options for the stores opened for object URLs.
         class_names: Class names indexed by label. Names in the list must be among them.
+        allow_outside: Read rows naming files outside the list's folder (absolute paths,
+            ``..``, other prefixes or buckets); refused by default.
     """
 
     def __init__(
@@ -64,8 +72,10 @@ class ListFileReader:
         *,
         storage_options: Mapping[str, Any] | None = None,
         class_names: Sequence[str] | None = None,
+        allow_outside: bool = False,
     ) -> None:
         self._location = location
+        self._allow_outside = allow_outside
         self._locations = LocationReader(storage_options)
         self._given_names = tuple(class_names) if class_names is not None else None
         self._found_names: tuple[str, ...] | None = None
@@ -97,13 +107,20 @@ class ListFileReader:
 
         Raises:
             SourceError: The list is unreadable, empty or lacks a path column, a label
-                cannot be parsed, or a local file does not exist.
+                cannot be parsed, a row names a file outside the list's folder (unless
+                ``allow_outside``), or a local file does not exist.
         """
         rows = self._rows()
         labels = self._labels(rows)
         refs: list[SampleRef] = []
         for i, (row, label) in enumerate(zip(rows, labels, strict=True)):
             location = self._resolve(row)
+            if not self._allow_outside and not self._inside(location):
+                raise SourceError(
+                    f"{self._location}: row {i + 1} (line {row.line}): {row.path!r} lies "
+                    f"outside the list's folder {self._folder()}; refused unless "
+                    "--allow-outside-list (allow_outside=True)"
+                )
             size = 0
             if not is_remote(location):
                 local = Path(location.removeprefix("file://"))
@@ -275,6 +292,21 @@ class ListFileReader:
             return f"{scheme}://{bucket}/{joined}"
         base = Path(self._location.removeprefix("file://")).absolute().parent
         return str(base / path)
+
+    def _folder(self) -> str:
+        if is_remote(self._location):
+            return self._location.rsplit("/", 1)[0]
+        return str(Path(self._location.removeprefix("file://")).resolve().parent)
+
+    def _inside(self, location: str) -> bool:
+        """Whether ``location`` lies in the list's folder (symbolic links followed)."""
+        folder = self._folder()
+        if is_remote(self._location):
+            return location.startswith(f"{folder}/") and "/../" not in location
+        if is_remote(location):
+            return False
+        target = Path(location.removeprefix("file://")).resolve()
+        return target.is_relative_to(folder)
 
 
 def _pick(columns: Sequence[str], wanted: Sequence[str]) -> int | None:

@@ -1,0 +1,112 @@
+"""Pack state in the destination: refusing another pack's, resuming our own, and the last
+check before the commit point (see :mod:`stoker.pack.packer` for the order of writes)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any
+
+from stoker.errors import StokerError
+from stoker.format.spec import MANIFEST_NAME, PACK_STATE_DIR
+from stoker.format.writer import ShardRecord
+from stoker.pack.plan import PackPlan
+from stoker.storage import Store
+
+logger = logging.getLogger(__name__)
+
+
+def check_shards_present(store: Store, records: list[ShardRecord]) -> None:
+    """Before the commit point: every shard the index will name exists, at its size."""
+    engine = store.engine
+
+    async def head_all() -> list[int]:
+        return [m.size for m in await asyncio.gather(*(store.head_async(r.name) for r in records))]
+
+    try:
+        sizes = engine.run(head_all())
+    except FileNotFoundError as exc:
+        raise StokerError(f"a shard vanished before the index was written: {exc}") from exc
+    for record, size in zip(records, sizes, strict=True):
+        if size != record.size:
+            raise StokerError(
+                f"{store.url}/{record.name} is {size} bytes, its record says {record.size}; "
+                f"delete {PACK_STATE_DIR}/ and pack again"
+            )
+
+
+def resume_state(store: Store, plan: PackPlan, fmt: str, description: str) -> dict[int, bytes]:
+    """Records of shards finished by an earlier run of the same plan."""
+    plan_key = f"{PACK_STATE_DIR}/plan.json"
+    try:
+        existing = json.loads(bytes(store.get(plan_key)))
+    except FileNotFoundError:
+        existing = None
+    if existing is not None and existing.get("plan_id") != plan.plan_id:
+        raise StokerError(
+            f"{store.url} already holds a pack of other input or arguments "
+            f"({_differences(existing, plan, description)}); pack into a new "
+            f"destination or delete the old one first"
+        )
+    if existing is None:
+        try:
+            store.head(MANIFEST_NAME)
+        except FileNotFoundError:
+            pass
+        else:
+            raise StokerError(f"{store.url} already holds a dataset not made by this pack")
+        state = {
+            "plan_id": plan.plan_id,
+            "shards": len(plan.shards),
+            "format": fmt,
+            "source": description,
+            "settings": plan.settings,
+            "listing_id": plan.listing_id,
+            "inputs": sum(len(shard) for shard in plan.shards),
+        }
+        store.put(plan_key, json.dumps(state).encode())
+        return {}
+    done: dict[int, bytes] = {}
+    for meta in store.list(PACK_STATE_DIR):
+        name = meta.key.rsplit("/", 1)[-1]
+        if name.startswith("shard-") and name.endswith(".json"):
+            number = int(name[len("shard-") : -len(".json")])
+            if number < len(plan.shards):
+                done[number] = bytes(store.get(meta.key))
+    if done:
+        logger.info(
+            "%s: resuming; %d of %d shards already complete", store.url, len(done), len(plan.shards)
+        )
+    return done
+
+
+def _differences(existing: dict[str, Any], plan: PackPlan, description: str) -> str:
+    """What differs between the pack in the destination and this one, for the refusal."""
+    before = existing.get("settings")
+    if not isinstance(before, dict):  # a plan.json from before settings were recorded
+        return f"plan {existing.get('plan_id')}, this one {plan.plan_id}"
+    before, after = _flat(before), _flat(plan.settings)
+    found = []
+    for name in sorted(set(before) | set(after)):
+        then, now = before.get(name), after.get(name)
+        if then != now:
+            found.append(f"{name}: {json.dumps(then)} then, {json.dumps(now)} now")
+    if existing.get("listing_id") != plan.listing_id:
+        inputs = sum(len(shard) for shard in plan.shards)
+        found.append(
+            f"input: {existing.get('source')!r} ({existing.get('inputs')} inputs) then, "
+            f"{description!r} ({inputs} inputs) now"
+        )
+    return "; ".join(found) or f"plan {existing.get('plan_id')}, this one {plan.plan_id}"
+
+
+def _flat(settings: dict[str, Any]) -> dict[str, Any]:
+    # {"images": {"quality": 90}} -> {"images.quality": 90}: names a user can map to flags.
+    flat: dict[str, Any] = {}
+    for name, value in settings.items():
+        if isinstance(value, dict):
+            flat.update((f"{name}.{inner}", v) for inner, v in value.items())
+        else:
+            flat[name] = value
+    return flat
