@@ -15,6 +15,7 @@ from stoker.cli.main import cli
 from stoker.format.reader import open_dataset
 from stoker.pack.packer import PackConfig, pack
 from stoker.pipeline.loader import Loader
+from stoker.pipeline.plan import resolve_order
 from stoker.pipeline.quality import label_mix, uniform_distinct_labels
 from stoker.testing.images import write_image_folder
 
@@ -44,11 +45,12 @@ def sorted_classes(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root  # class folders, listed in sorted order
 
 
-def _distinct_ratio(url: Path, labels: np.ndarray) -> float:
+def _distinct_ratio(url: Path, labels: np.ndarray, order: OrderConfig | None = None) -> float:
     streams = []
     for epoch in (0, 1):
         for rank in range(2):
-            with Loader(str(url), batch_size=128, world=World(rank=rank, world_size=2)) as loader:
+            world = World(rank=rank, world_size=2)
+            with Loader(str(url), batch_size=128, world=world, order=order) as loader:
                 loader.set_epoch(epoch)
                 streams.append(np.concatenate([b["index"] for b in loader]))
     return label_mix(labels, streams, batch_size=128).distinct_ratio
@@ -66,7 +68,19 @@ def test_packs_shuffle_by_default_so_batches_mix_classes(
     pack(sorted_classes, tmp_path / "kept", config=kept)
     in_order = open_dataset(tmp_path / "kept")
     assert in_order.index.label.tolist() == sorted(in_order.index.label.tolist())
-    assert _distinct_ratio(tmp_path / "kept", in_order.index.label) < 0.5
+    # Read as a shuffled pack is (long blocks, mixed within read groups only), a
+    # class-sorted pack gives batches of few classes ...
+    as_if_shuffled = resolve_order(
+        None,
+        seed=0,
+        units=len(in_order),
+        unit_bytes=float(in_order.index.length.mean()),
+        shuffled=True,
+    )
+    assert as_if_shuffled.windows == 1
+    assert _distinct_ratio(tmp_path / "kept", in_order.index.label, as_if_shuffled) < 0.5
+    # ... and the default order, which mixes through a window of groups, fixes it.
+    assert _distinct_ratio(tmp_path / "kept", in_order.index.label) >= 0.9
 
 
 def test_inspect_shows_the_default_orders_label_mix(sorted_classes: Path, tmp_path: Path) -> None:

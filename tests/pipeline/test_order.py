@@ -18,6 +18,7 @@ configs = st.builds(
     seed=st.integers(0, 2**32),
     block_size=st.integers(1, 50),
     group_blocks=st.integers(1, 8),
+    window=st.sampled_from([None, 1, 2, 5]),
 )
 
 
@@ -62,11 +63,24 @@ def test_evening_out_ranks_costs_fewer_samples_than_ranks(sizes, config, world, 
     assert len(shares[0].samples) * world == total + repeated - shares[0].dropped
     # Ranks' pieces follow one another in the epoch's stream, each read group in its place
     # (a group cut by two ranks is only laid out anew inside itself): reads stay long.
+    # With a window, each rank mixes its piece: the piece, not each group, keeps its place.
     fresh = np.concatenate([s.samples[: len(s.samples) - s.padded] for s in shares])
-    starts = order.group_starts
+    starts = order.group_starts if order.window == 1 else []
     for begin, end in itertools.pairwise(starts):
         if end <= len(fresh):
             assert sorted(fresh[begin:end]) == sorted(order.samples[begin:end])
+    if order.window > 1:  # each rank holds a run of whole groups, cut only at its two ends
+        group_of = np.empty(total, dtype=np.int64)
+        for g, (begin, end) in enumerate(itertools.pairwise(order.group_starts.tolist())):
+            group_of[order.samples[begin:end]] = g
+        sizes_of = np.diff(order.group_starts)
+        for share in shares:
+            own = share.samples[: len(share.samples) - share.padded]
+            if not len(own):
+                continue
+            held, counts = np.unique(group_of[own], return_counts=True)
+            assert held.tolist() == list(range(held[0], held[-1] + 1))
+            assert np.array_equal(counts[1:-1], sizes_of[held[1:-1]])
 
 
 @settings(max_examples=150, deadline=None)
@@ -80,9 +94,8 @@ def test_a_block_cut_by_two_ranks_is_one_range_on_each_side(
         share = assign(order, rank=rank, world_size=world, drop_last=drop_last)
         own = len(share.samples) - share.padded  # repeats (< world) come from anywhere
         # Inside each read group of the share, each block is one range of consecutive ids.
-        bounds = [*(s for s in share.group_starts.tolist() if s < own), own]
-        for begin, end in itertools.pairwise(bounds):
-            ids = np.sort(share.samples[begin:end])
+        for group in np.unique(share.groups[:own]).tolist():
+            ids = np.sort(share.samples[:own][share.groups[:own] == group])
             breaks = np.flatnonzero(np.diff(ids) != 1) + 1
             # No block appears in two separate runs of consecutive ids of this group.
             seen: set[tuple[int, int]] = set()

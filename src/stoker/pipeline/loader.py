@@ -3,11 +3,13 @@
 The read path, for one rank (and one loader worker), each step in its own module:
 
 1. **plan** (:mod:`~stoker.pipeline.plan`, :mod:`~stoker.pipeline.order`): the epoch's
-   order, this rank's share of it, cut into batches and into the chunks they are fetched
-   in; pure functions of a few integers.
+   order, this rank's share of it (mixed through a window of read groups when the data
+   was not written shuffled), cut into batches and into the chunks they are fetched in;
+   pure functions of a few integers.
 2. **prefetch** (:mod:`~stoker.pipeline.prefetch`): chunks of one read group
-   (``block_size * group_blocks`` samples, one coalesced ranged GET per block), ``prefetch``
-   chunks ahead, on the store's I/O engine, through an optional in-memory cache.
+   (``block_size * group_blocks`` samples, one coalesced ranged GET per block) in the
+   order they are first needed, ``prefetch`` chunks ahead, on the store's I/O engine,
+   through an optional in-memory cache; each sample held until its batch takes it.
 3. **decode** (:mod:`~stoker.pipeline.batching`): each batch's samples decoded and
    transformed by a thread pool (the decoders release the GIL) straight into a
    preallocated ``(N, H, W, 3)`` uint8 array.
@@ -29,12 +31,7 @@ from typing import Any, Literal
 from stoker.core.metrics import Stage, Stages, StageTotals, TraceEvent, merge_snapshots
 from stoker.pipeline.autotune import AutotuneConfig, Autotuner, default_threads
 from stoker.pipeline.batching import BatchAssembler, PendingBatch
-from stoker.pipeline.config import (
-    BLOCK_PAGE_BYTES,
-    SAMPLE_PAGE_BYTES,
-    CacheConfig,
-    DecodeConfig,
-)
+from stoker.pipeline.config import BLOCK_PAGE_BYTES, SAMPLE_PAGE_BYTES, CacheConfig, DecodeConfig
 from stoker.pipeline.mixing import SourceShare
 from stoker.pipeline.order import EpochOrder, OrderConfig, Segment
 from stoker.pipeline.plan import (
@@ -134,8 +131,9 @@ class Loader:
                 page_bytes=SAMPLE_PAGE_BYTES if random_order else BLOCK_PAGE_BYTES,
             )
         self.dataset = self.source.datasets[0]
+        units, unit_bytes = self.source.units(), self.source.unit_bytes()
         self.order_config = resolve_order(
-            order, seed=seed, units=self.source.units(), unit_bytes=self.source.unit_bytes()
+            order, seed=seed, units=units, unit_bytes=unit_bytes, shuffled=self.source.shuffled()
         )
         self.batch_size = batch_size
         self.transform = transform
@@ -153,7 +151,7 @@ class Loader:
         self._tuner = Autotuner(
             threads=self.num_threads,
             prefetch=self.prefetch,
-            group_bytes=group * self.source.unit_bytes(),
+            group_bytes=group * unit_bytes,
             tune_threads=decode.threads == "auto" and decode.method == "thread",
             tune_prefetch=prefetch == "auto",
             config=autotune,

@@ -10,8 +10,15 @@ move (so a cache of blocks stays valid across epochs). For each epoch:
 3. the samples inside each group are shuffled together.
 
 A group is read with one ranged request per block, and a batch mixes samples of up to
-``group_blocks`` different places in the dataset. ``mode="random"`` is a full permutation
-(one request per sample); ``mode="none"`` keeps the packed order.
+``group_blocks`` different places in the dataset. That is enough when the shards were
+written in random order (``stoker pack`` shuffles by default), not when they are sorted by
+class: then each rank also mixes its piece of the stream through a sliding *window* of
+``window`` read groups. Each group's samples are spread at random over a stretch of the
+rank's stream ``window`` groups long (the first ``window`` groups over the start, like a
+shuffle buffer filling), so a batch draws from about ``window`` groups at once while each
+block is still read once, whole, and held only while its samples are being delivered.
+``mode="random"`` is a full permutation (one request per sample); ``mode="none"`` keeps the
+packed order.
 
 Ranks take contiguous pieces of the epoch's stream, cut by samples, so every rank runs the
 same number of steps and never hangs; at most ``world_size - 1`` samples are repeated (or,
@@ -55,21 +62,27 @@ class OrderConfig:
             order).
         seed: Run-wide seed; the order of epoch ``e`` depends on ``(seed, e)`` only.
         block_size: Samples per block (one ranged read).
-        group_blocks: Blocks mixed together; more mixes better and buffers more.
+        group_blocks: Blocks read together (one read group).
+        window: Read groups whose samples each rank mixes together (``"blocks"`` mode): 1
+            mixes within a group only; more mixes better, holds about ``window`` groups in
+            memory and reads that many before the first batch. A Loader leaves it at 1 for a
+            pack written in shuffled order and otherwise sizes it to about
+            :data:`~stoker.pipeline.plan.WINDOW_TARGET_BYTES`.
     """
 
     mode: ShuffleMode = "blocks"
     seed: int | None = None
     block_size: int | None = None
     group_blocks: int | None = None
+    window: int | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in ("blocks", "random", "none"):
             raise ValueError(f"mode must be 'blocks', 'random' or 'none', got {self.mode!r}")
-        if (self.block_size is not None and self.block_size < 1) or (
-            self.group_blocks is not None and self.group_blocks < 1
-        ):
-            raise ValueError("block_size and group_blocks must be >= 1")
+        for name in ("block_size", "group_blocks", "window"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"OrderConfig {name} must be >= 1, got {value}")
 
     @property
     def shuffle(self) -> bool:
@@ -85,6 +98,11 @@ class OrderConfig:
     def groups(self) -> int:
         """Blocks per group: ``group_blocks``, or the default when unset."""
         return DEFAULT_GROUP_BLOCKS if self.group_blocks is None else self.group_blocks
+
+    @property
+    def windows(self) -> int:
+        """Read groups mixed together: ``window``, or 1 when unset."""
+        return 1 if self.window is None else self.window
 
     @property
     def group_samples(self) -> int:
@@ -104,10 +122,14 @@ class EpochOrder:
     Attributes:
         samples: Global sample ids in stream order (a permutation of ``range(N)``).
         group_starts: Offsets into ``samples`` where each group starts (plus ``len``).
+        window: Read groups each rank mixes together (see :class:`OrderConfig`).
+        seed: What seeds the window's mixing: the run's seed and the epoch.
     """
 
     samples: np.ndarray
     group_starts: np.ndarray
+    window: int = 1
+    seed: tuple[int, ...] = ()
 
     @property
     def groups(self) -> int:
@@ -170,7 +192,12 @@ def epoch_order(shard_sizes: Sequence[int], *, config: OrderConfig, epoch: int) 
         rng.shuffle(group)
         pieces.append(group)
         bounds.append(bounds[-1] + len(group))
-    return EpochOrder(np.concatenate(pieces), np.asarray(bounds, dtype=np.int64))
+    return EpochOrder(
+        np.concatenate(pieces),
+        np.asarray(bounds, dtype=np.int64),
+        window=config.windows,
+        seed=(config.seed_value, epoch),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,15 +209,16 @@ class Share:
         padded: How many of them repeat samples of the epoch to even out ranks.
         dropped: How many samples of the epoch no rank gets (``drop_last``).
         epoch_padded: Repeats over all ranks (at most ``world_size - 1``).
-        group_starts: Offsets into ``samples`` where a read group (or the padding) starts,
-            0 first: fetching between two of them reads each block once.
+        groups: The read group of each sample in ``samples`` (0, 1, ... in the order the
+            groups are first needed; the padding is a group of its own): fetching a
+            group's samples together reads each of its blocks once.
     """
 
     samples: np.ndarray
     padded: int
     dropped: int
     epoch_padded: int = 0
-    group_starts: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))
+    groups: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
 
 def assign(
@@ -236,15 +264,48 @@ def assign(
     # Only the groups at this rank's two ends change its samples (its repeats, if any, are
     # samples of the epoch whichever way the stream's start is laid out).
     samples = _split_groups_by_position(samples, starts, cuts, {first, first + each})
+    real = max(0, min(each, total - first))  # the rest of the piece is padding
+    mine = samples[first : first + real]
+    groups = np.searchsorted(starts, np.arange(first, first + real), side="right") - 1
+    groups -= groups[0] if real else 0
+    if order.window > 1 and real:
+        seed = [*order.seed, first, real, world_size, total]
+        mine, groups = _mix_window(mine, groups, order.window, np.random.default_rng(seed))
     if drop_last:
-        mine = samples[first : first + each]
-        return Share(mine, 0, total - each * world_size, 0, _local(starts, first, each))
+        return Share(mine, 0, total - each * world_size, 0, groups)
     repeats = each * world_size - total
-    if repeats:
-        samples = np.concatenate([samples, np.resize(samples, repeats)])
-        starts = np.append(starts, total)  # the repeats are fetched apart
-    padded = max(0, min(each, first + each - total))
-    return Share(samples[first : first + each], padded, 0, repeats, _local(starts, first, each))
+    padding = np.resize(samples, repeats)[max(0, first - total) : max(0, first + each - total)]
+    if len(padding):  # the repeats are fetched apart, after the rank's own samples
+        mine = np.concatenate([mine, padding])
+        next_group = int(groups.max()) + 1 if len(groups) else 0
+        groups = np.concatenate([groups, np.full(len(padding), next_group, dtype=np.int64)])
+    return Share(mine, len(padding), 0, repeats, groups)
+
+
+def _mix_window(
+    samples: np.ndarray, groups: np.ndarray, window: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """Mix a rank's piece through a sliding window of ``window`` read groups.
+
+    Group ``g`` (numbered along the piece) spreads its samples uniformly over the stretch
+    ``[g - window + 1, g + 1)`` of a time line (the first ``window`` groups all over
+    ``[0, window)``, as a shuffle buffer fills), and the piece is sorted by time. At any
+    point about ``window`` groups are being delivered, so a batch draws from that many;
+    a group is first needed at its stretch's start and done at its end.
+    """
+    count = int(groups[-1]) + 1
+    jitter = rng.random(len(samples)) * window
+    if count <= window:  # the whole piece fits in the window: a plain permutation
+        time = jitter
+    else:
+        time = np.where(groups < window, jitter, groups - window + 1 + jitter)
+    by_time = np.argsort(time, kind="stable")
+    mixed, groups = samples[by_time], groups[by_time]
+    # Renumber the groups in the order they are first needed.
+    _, first_use = np.unique(groups, return_index=True)
+    rank_of = np.empty(count, dtype=np.int64)
+    rank_of[np.argsort(first_use, kind="stable")] = np.arange(count)
+    return mixed, rank_of[groups]
 
 
 def _split_groups_by_position(
@@ -271,12 +332,6 @@ def _split_groups_by_position(
             rng = np.random.default_rng([int(part[0]), len(part), lo - begin])
             samples[lo:hi] = rng.permutation(part)
     return samples
-
-
-def _local(starts: np.ndarray, first: int, length: int) -> np.ndarray:
-    """Group starts inside ``[first, first + length)``, relative to ``first``, 0 first."""
-    inside = starts[(starts > first) & (starts < first + length)] - first
-    return np.concatenate([np.zeros(1, dtype=np.int64), inside.astype(np.int64)])
 
 
 @dataclass(frozen=True, slots=True)

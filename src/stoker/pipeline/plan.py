@@ -30,6 +30,13 @@ logger = logging.getLogger(__name__)
 MIN_GROUPS = 16
 #: Bytes one block (one ranged read) aims for when the caller leaves ``block_size`` unset.
 BLOCK_TARGET_BYTES = 1_000_000
+#: Blocks an epoch of data in unknown (maybe class-sorted) order has at least: each rank
+#: reads a random share of the blocks, and fewer, larger ones leave ranks with uneven
+#: shares of the classes.
+MIN_BLOCKS_UNSHUFFLED = 1024
+#: Bytes of read groups a rank mixes together (``OrderConfig.window``) when the data's
+#: order is unknown: batches then draw from about this much of the dataset at once.
+WINDOW_TARGET_BYTES = 256 << 20
 
 
 def block_size_for(unit_bytes: float, minimum: int = 4) -> int:
@@ -39,37 +46,57 @@ def block_size_for(unit_bytes: float, minimum: int = 4) -> int:
 
 
 def resolve_order(
-    order: OrderConfig | None, *, seed: int | None, units: int, unit_bytes: float
+    order: OrderConfig | None,
+    *,
+    seed: int | None,
+    units: int,
+    unit_bytes: float,
+    shuffled: bool = False,
 ) -> OrderConfig:
     """Complete order settings: the given ones, with what they leave unset filled in.
 
     Unset ``block_size`` and ``group_blocks`` are derived from the data together: blocks
-    of about 1 MB, and groups small enough that the epoch has :data:`MIN_GROUPS`. Both
-    depend on the dataset only (never on the world size), so the order stays the same
-    when a run resumes on a different number of ranks. A ``block_size`` given alone
-    keeps the default ``group_blocks``.
+    of about 1 MB, and groups small enough that the epoch has :data:`MIN_GROUPS`. When
+    the data was not written in random order (``shuffled`` false: a pack made with
+    ``--keep-order``, an older pack, WebDataset tars indexed in place), consecutive samples
+    may share a class, so blocks are also small enough that the epoch has
+    :data:`MIN_BLOCKS_UNSHUFFLED`, and an unset ``window`` mixes about
+    :data:`WINDOW_TARGET_BYTES` of read groups; for shuffled data it stays 1. All of it
+    depends on the dataset only (never on the world size), so the order stays the same
+    when a run resumes on a different number of ranks. A ``block_size`` given alone keeps
+    the default ``group_blocks``.
 
     Args:
         order: The caller's settings, if any.
         seed: The Loader's ``seed`` argument, if given.
         units: Units (samples or windows) in an epoch.
         unit_bytes: Mean bytes of a unit.
+        shuffled: Whether the units were written in random order.
 
     Raises:
         ValueError: ``seed`` and ``order.seed`` are both given and differ.
     """
     order = order or OrderConfig()
-    block_size = order.block_size or block_size_for(unit_bytes)
+    block_size = order.block_size
+    if block_size is None:
+        block_size = block_size_for(unit_bytes)
+        if not shuffled:
+            block_size = max(1, min(block_size, units // MIN_BLOCKS_UNSHUFFLED))
     group_blocks = order.group_blocks
     if group_blocks is None:
         blocks = -(-units // block_size)
         derived = max(1, min(DEFAULT_GROUP_BLOCKS, blocks // MIN_GROUPS))
         group_blocks = DEFAULT_GROUP_BLOCKS if order.block_size else derived
+    window = order.window
+    if window is None:
+        group_bytes = block_size * group_blocks * max(unit_bytes, 1.0)
+        window = 1 if shuffled else max(1, int(WINDOW_TARGET_BYTES // group_bytes))
     return replace(
         order,
         seed=resolve_seed(order, seed),
         block_size=block_size,
         group_blocks=group_blocks,
+        window=window,
     )
 
 
@@ -170,16 +197,29 @@ def plan_epoch(
     elif not mine:
         chunks = []
     else:
-        # Cut where read groups start, so each block is fetched whole, once.
+        # One chunk per read group, in the order the groups are first needed, so each block
+        # is fetched whole, once (a group's samples may be spread over a window of batches).
         first = mine[0] * batch_size
-        stream = samples[first : first + sum(len(batches[b]) for b in mine)]
-        cuts = [int(s) - first for s in share.group_starts if first < s < first + len(stream)]
+        end = first + sum(len(batches[b]) for b in mine)
         chunks = [
             piece[i : i + group_samples]
-            for piece in np.split(stream, cuts)
+            for piece in _by_group(samples[first:end], share.groups[first:end])
             for i in range(0, len(piece), group_samples)
         ]
     return EpochPlan(batches, mine, chunks, share.padded, share.epoch_padded)
+
+
+def _by_group(stream: np.ndarray, groups: np.ndarray) -> list[np.ndarray]:
+    """The samples of ``stream`` split by read group, groups in order of first need."""
+    if not len(stream):
+        return []
+    _, first_use, inverse = np.unique(groups, return_index=True, return_inverse=True)
+    need_rank = np.empty(len(first_use), dtype=np.int64)
+    need_rank[np.argsort(first_use, kind="stable")] = np.arange(len(first_use))
+    keys = need_rank[inverse]
+    by_need = np.argsort(keys, kind="stable")
+    cuts = np.flatnonzero(np.diff(keys[by_need])) + 1
+    return np.split(stream[by_need], cuts)
 
 
 def chunks_covering(chunks: list[np.ndarray], ids: np.ndarray) -> int:

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from stoker.pipeline.order import EpochOrder, OrderConfig, epoch_order
+from stoker.pipeline.order import EpochOrder, OrderConfig, assign, epoch_order
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +46,7 @@ def shuffle_quality(
 ) -> ShuffleQuality:
     """Measure the order of ``epoch`` for ``shard_sizes`` under ``config``."""
     order = order or epoch_order(shard_sizes, config=config, epoch=epoch)
-    samples = order.samples
+    samples = assign(order, rank=0, world_size=1).samples  # one rank's stream, mixed
     total = len(samples)
     if total < 2:
         return ShuffleQuality(0.0, 1.0 if total else 0.0, total, float(total > 0))

@@ -85,6 +85,10 @@ class Source(Protocol):
         """Mean bytes read per unit."""
         ...
 
+    def shuffled(self) -> bool:
+        """Whether the units were written in random order (consecutive ones are unrelated)."""
+        ...
+
     def nbytes(self, ids: Sequence[int]) -> int:
         """Bytes of these units in their shards."""
         ...
@@ -139,6 +143,10 @@ class DatasetSource:
 
     def units(self) -> int:
         return len(self.dataset)
+
+    def shuffled(self) -> bool:
+        # `stoker pack` records the seed it shuffled with (None: the input's order kept).
+        return self.dataset.index.packed_with.get("shuffle_seed") is not None
 
     def unit_bytes(self) -> float:
         lengths = self.dataset.index.length
@@ -232,6 +240,9 @@ class MixedSource:
     def units(self) -> int:
         return sum(source_counts([len(s.dataset) for s in self.sources], self.mix))
 
+    def shuffled(self) -> bool:
+        return all(s.shuffled() for s in self.sources)
+
     def _locate(self, ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
         offsets = self._offsets
         values = np.asarray(ids, dtype=np.int64) % max(int(offsets[-1]), 1)
@@ -307,6 +318,9 @@ class WindowSource:
 
     def units(self) -> int:
         return len(self.starts)
+
+    def shuffled(self) -> bool:
+        return False  # windows are runs of consecutive frames, read over an unshuffled pack
 
     def unit_bytes(self) -> float:
         return self.source.unit_bytes() * self.window.size
