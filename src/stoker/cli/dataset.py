@@ -20,6 +20,7 @@ from stoker.pack.limits import check_workers
 from stoker.pack.packer import DEFAULT_SHARD_BYTES, PackConfig, pack
 from stoker.pack.reencode import ImagePolicy
 from stoker.pack.sources import FORMATS
+from stoker.pipeline.order import assign
 from stoker.pipeline.plan import resolve_order
 from stoker.pipeline.quality import LabelMix, label_mix
 from stoker.pipeline.sources import DatasetSource
@@ -313,9 +314,15 @@ LABEL_MIX_BATCH = 256
 def _default_label_mix(dataset: ShardDataset) -> LabelMix:
     """How well the batches of the Loader's default order (epoch 0, one rank) mix labels."""
     source = DatasetSource(dataset)
-    config = resolve_order(None, seed=0, units=source.units(), unit_bytes=source.unit_bytes())
-    order = source.epoch_order(config, 0)
-    return label_mix(dataset.index.label, [order.samples], batch_size=LABEL_MIX_BATCH)
+    config = resolve_order(
+        None,
+        seed=0,
+        units=source.units(),
+        unit_bytes=source.unit_bytes(),
+        shuffled=source.shuffled(),
+    )
+    stream = assign(source.epoch_order(config, 0), rank=0, world_size=1).samples
+    return label_mix(dataset.index.label, [stream], batch_size=LABEL_MIX_BATCH)
 
 
 @click.command("verify")
