@@ -103,3 +103,27 @@ def test_order_none_keeps_the_packed_order(sorted_classes: Path, tmp_path: Path)
     with Loader(str(tmp_path / "ds"), batch_size=500, order=order) as loader:
         indices = np.concatenate([b["index"] for b in loader])
     assert indices.tolist() == list(range(3000))
+
+
+def test_a_dataset_too_small_for_the_world_warns(
+    sorted_classes: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    pack(sorted_classes, tmp_path / "ds", config=PackConfig(samples_per_shard=1000))
+    with caplog.at_level("WARNING", logger="stoker.pipeline.plan"):
+        Loader(str(tmp_path / "ds"), batch_size=1000, world=World(rank=0, world_size=2)).close()
+        assert not caplog.records  # 3,000 samples: a full batch for each of 2 ranks
+        world = World(rank=1, world_size=4)
+        Loader(str(tmp_path / "ds"), batch_size=1000, world=world).close()
+    (record,) = caplog.records
+    assert "3000 samples" in record.getMessage()
+    assert "4 x 1 x 1000 = 4000" in record.getMessage()
+
+
+def test_inspect_shows_a_class_sorted_pack_mixed_by_the_default_order(
+    sorted_classes: Path, tmp_path: Path
+) -> None:
+    kept = PackConfig(samples_per_shard=1000, shuffle_seed=None)
+    pack(sorted_classes, tmp_path / "kept", config=kept)
+    out = CliRunner().invoke(cli, ["inspect", str(tmp_path / "kept"), "--json"])
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.output)["label_mix"]["distinct_ratio"] >= 0.9

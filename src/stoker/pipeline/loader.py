@@ -41,6 +41,7 @@ from stoker.pipeline.plan import (
     plan_epoch,
     resolve_order,
     resume_point,
+    warn_if_small,
 )
 from stoker.pipeline.prefetch import FetchStream, Prefetcher
 from stoker.pipeline.sources import MixedSource, SourceLike, WindowSource, open_source
@@ -140,6 +141,7 @@ class Loader:
         self.world = world or World()
         self.rank, self.world_size = self.world.rank, self.world.world_size
         self.drop_last = drop_last
+        warn_if_small(units, world=self.world, batch_size=batch_size, url=self.source.url)
         self.num_threads = decode.threads if isinstance(decode.threads, int) else default_threads()
         # Read groups in flight: enough for two batches ahead, at least two.
         group = self.order_config.group_samples

@@ -119,6 +119,24 @@ def batches_per_epoch(order: EpochOrder, *, world: World, batch_size: int, drop_
     return n // batch_size if drop_last else -(-n // batch_size)
 
 
+def warn_if_small(units: int, *, world: World, batch_size: int, url: str) -> None:
+    """Warn when an epoch cannot give every rank and loader worker one full batch: ranks
+    then run an epoch of almost nothing but a partial batch, and workers sit idle."""
+    wanted = world.world_size * world.num_workers * batch_size
+    if units < wanted and world.worker == 0:
+        logger.warning(
+            "%s has %d samples, fewer than world_size x num_workers x batch_size = "
+            "%d x %d x %d = %d: some ranks or workers get no full batch in an epoch; use "
+            "a smaller batch_size or fewer workers",
+            url,
+            units,
+            world.world_size,
+            world.num_workers,
+            batch_size,
+            wanted,
+        )
+
+
 def log_padding(plan: EpochPlan, epoch: int, world: World) -> None:
     """Say (from rank 0) how many samples the epoch repeats to even out the ranks."""
     if plan.epoch_padded and world.rank == 0 and world.worker == 0:
