@@ -106,3 +106,27 @@ def test_doctor_advice_names_cli_flags(tmp_path: Path) -> None:
     if (os.cpu_count() or 1) > 1:
         assert any(f"--threads {os.cpu_count()}" in line for line in advice), advice
     assert any("`stoker pack --resize 256`" in line for line in advice), advice
+
+
+def test_bench_counts_samples_delivered_and_one_get_count(dataset: str) -> None:
+    """48 samples in batches of 10: an epoch is 48 samples, not 5 x 10; the GETs per sample
+    and per epoch that bench prints are one count."""
+    args = ["bench", dataset, "--batch-size", "10", "--size", "16", "--block-size", "4"]
+    whole = CliRunner().invoke(cli, [*args, "--json"])
+    assert whole.exit_code == 0, whole.output
+    report = json.loads(whole.output)
+    assert report["samples"] == report["epoch_samples"] == 48
+    assert report["whole_epoch"]
+    assert report["requests_per_epoch"] == report["requests"] > 0
+    assert report["requests_per_sample"] == pytest.approx(report["requests"] / 48, abs=1e-4)
+    assert "requests_per_epoch" not in report["shuffle"]  # no second, modelled count
+    text = CliRunner().invoke(cli, args)
+    assert text.exit_code == 0, text.output
+    assert f"{report['requests'] / 48:.3f} GETs per sample" in text.output
+    assert f"; {report['requests']} GETs per epoch of 48 samples." in text.output
+    part = CliRunner().invoke(cli, [*args, "--batches", "2", "--json"])
+    assert part.exit_code == 0, part.output
+    partial = json.loads(part.output)
+    assert not partial["whole_epoch"]
+    assert partial["epoch_samples"] == 48
+    assert partial["requests_per_epoch"] == round(partial["requests_per_sample"] * 48)

@@ -238,8 +238,13 @@ def bench_command(
             config=loader.order_config,
             batch_size=batch_size,
         )
+    # One count of GETs: the run's (the order's model counts blocks, and reads merge
+    # neighbouring blocks into one request).
+    shuffle = quality.to_dict()
+    shuffle.pop("requests_per_epoch")
+    shuffle.pop("requests_per_sample")
     if as_json:
-        click.echo(json.dumps({**result.to_dict(), "shuffle": quality.to_dict()}, indent=2))
+        click.echo(json.dumps({**result.to_dict(), "shuffle": shuffle}, indent=2))
         return
     click.echo(
         f"{result.samples:,} samples in {result.seconds:.2f} s: {result.images_per_s:,.0f} "
@@ -247,11 +252,15 @@ def bench_command(
         f"{format_bytes(result.bytes_per_sample)} and {result.requests_per_sample:.3f} GETs "
         f"per sample; peak RSS {result.peak_rss_mb:,.0f} MB."
     )
+    epoch = (
+        f"{result.requests_per_epoch:,} GETs per epoch of {result.epoch_samples:,} samples"
+        if result.whole_epoch
+        else f"about {result.requests_per_epoch:,} GETs per epoch of "
+        f"{result.epoch_samples:,} samples (at the rate of the samples fetched so far)"
+    )
     click.echo(
         f"Shuffle: neighbours {quality.mean_neighbour_distance:.3f} of the dataset apart "
-        f"(random: ~0.333), {quality.mean_shards_per_batch:.1f} shards per batch, "
-        f"{quality.requests_per_epoch:,} GETs per epoch ({quality.requests_per_sample:.3f} "
-        "per sample)."
+        f"(random: ~0.333), {quality.mean_shards_per_batch:.1f} shards per batch; {epoch}."
     )
 
 

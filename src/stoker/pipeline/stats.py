@@ -10,6 +10,8 @@ from dataclasses import dataclass, field, replace
 from stoker.core.metrics import Stage, StageTotals
 from stoker.core.pricing import EpochCost, StoragePrices
 from stoker.core.units import format_bytes
+from stoker.pipeline.order import EpochOrder, assign
+from stoker.pipeline.world import World
 
 
 @dataclass(slots=True)
@@ -31,7 +33,8 @@ class LoaderStats:
             (a user callable, and only it), ``collate`` (assembling a batch), ``wait.fetch`` and
             ``wait.decode`` (the pipeline thread blocked on either), ``consumer.wait`` and
             ``consumer.step``.
-        epoch_samples: Samples per epoch on this rank (padding included).
+        epoch_samples: Samples delivered per epoch on this rank (padding included; see
+            :func:`samples_per_epoch`).
         threads: Decode threads (or processes) allowed now.
         prefetch: Read groups fetched ahead now.
         autotune: ``"tuning"``, ``"settled"`` or ``"fixed"`` (both settings given).
@@ -129,6 +132,14 @@ class LoaderStats:
         requests = self.requests.get("requests.get", 0) * per_sample
         nbytes = self.requests.get("bytes.read", 0) * per_sample
         return EpochCost(requests, nbytes, prices.cost(requests=requests, nbytes=nbytes))
+
+
+def samples_per_epoch(order: EpochOrder, *, world: World, batch_size: int, drop_last: bool) -> int:
+    """Samples one rank delivers in a full epoch of ``order``: its share (padding included),
+    less the last incomplete batch with ``drop_last``; not batches times ``batch_size``."""
+    share = assign(order, rank=world.rank, world_size=world.world_size, drop_last=drop_last)
+    n = len(share.samples)
+    return n - n % batch_size if drop_last else n
 
 
 class ProgressLog:

@@ -7,7 +7,9 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from stoker.core.metrics import Stage
 from stoker.pipeline.loader import Loader
+from stoker.pipeline.stats import samples_per_epoch
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,11 +22,16 @@ class BenchResult:
         seconds: Wall time from the first ``next()`` to the last batch.
         first_batch_s: Time from creating the iterator to the first batch.
         images_per_s: ``samples / seconds``.
-        bytes_per_sample: Bytes read from the store per delivered sample.
-        requests_per_sample: GET requests per delivered sample.
+        bytes_per_sample: Bytes read from the store per sample fetched (a whole epoch
+            fetches what it delivers; a part of one also fetches some samples ahead).
+        requests_per_sample: GET requests per sample fetched.
         wait_share: Share of the time the consumer waited on the pipeline.
         peak_rss_mb: Peak resident memory of this process.
         requests: GET requests made.
+        epoch_samples: Samples this rank delivers in a whole epoch.
+        requests_per_epoch: GET requests of a whole epoch: ``requests`` when the run was
+            one, else at the rate of the samples fetched so far.
+        whole_epoch: Whether the run was a whole epoch.
     """
 
     samples: int
@@ -37,6 +44,9 @@ class BenchResult:
     wait_share: float
     peak_rss_mb: float
     requests: int
+    epoch_samples: int = 0
+    requests_per_epoch: int = 0
+    whole_epoch: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
@@ -46,20 +56,29 @@ class BenchResult:
 def bench_loader(loader: Loader, *, max_batches: int | None = None) -> BenchResult:
     """Run ``loader`` through (at most ``max_batches`` of) one epoch and measure it."""
     before = loader.stats()
+    epoch_samples = samples_per_epoch(
+        loader.source.epoch_order(loader.order_config, loader.epoch),
+        world=loader.world,
+        batch_size=loader.batch_size,
+        drop_last=loader.drop_last,
+    )
     started = time.perf_counter()
     first = 0.0
     batches = samples = 0
+    whole = True
     for batch in loader:
         if batches == 0:
             first = time.perf_counter() - started
         batches += 1
         samples += len(batch["label"])
         if max_batches is not None and batches >= max_batches:
+            whole = batches == len(loader)
             break
     seconds = time.perf_counter() - started
     done = loader.stats().since(before)
     read = done.requests.get("bytes.read", 0)
     gets = done.requests.get("requests.get", 0)
+    fetched = done.stages[Stage.FETCH].items if Stage.FETCH in done.stages else 0
     rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return BenchResult(
         samples=samples,
@@ -67,9 +86,13 @@ def bench_loader(loader: Loader, *, max_batches: int | None = None) -> BenchResu
         seconds=seconds,
         first_batch_s=first,
         images_per_s=samples / seconds if seconds > 0 else 0.0,
-        bytes_per_sample=read / samples if samples else 0.0,
-        requests_per_sample=gets / samples if samples else 0.0,
+        bytes_per_sample=read / fetched if fetched else 0.0,
+        requests_per_sample=gets / fetched if fetched else 0.0,
         wait_share=done.wait_s / seconds if seconds > 0 else 0.0,
         requests=gets,
         peak_rss_mb=rss_kb / 1024,
+        epoch_samples=epoch_samples,
+        # Part of an epoch: at the rate of the samples fetched (some ahead of delivery).
+        requests_per_epoch=gets if whole else round(gets / max(fetched, 1) * epoch_samples),
+        whole_epoch=whole,
     )
