@@ -3,8 +3,10 @@
 Both paths of ``stoker.pipeline.decode.decode_planned`` on the same photos and the same
 RandomResizedCrop(224) boxes, written into a batch row: ``region`` (stoker._jpegroi: only the
 crop's rows and columns at the DCT scale) and ``whole`` (simplejpeg decodes the image at the
-DCT scale, then the crop is cut out). Rounds alternate (region, whole, whole, region, ...) so
-that load from other processes falls on both alike; the table gives medians.
+DCT scale, then the crop is cut out), and ``whole, every scale``: the whole decode at any of
+libjpeg-turbo's eight scales, as stoker decoded before the region decoder. Rounds rotate the
+order so that load from other processes falls on all alike; the table gives medians, of
+wall time and (one thread) of the thread's CPU time.
 
     python benchmarks/jpeg_roi.py [--images 400] [--rounds 6] [--data benchmarks/out/data/a]
 
@@ -32,23 +34,31 @@ from stoker.pipeline.transforms import RandomResizedCrop
 TRANSFORM = RandomResizedCrop(224, flip=True)
 
 
-def _run(images: list[bytes], threads: int, *, region: bool) -> float:
-    """Seconds for one pass over ``images``."""
+MODES = ("whole, every scale", "whole", "region")
+EVERY_SCALE = ((1, 8), (1, 4), (3, 8), (1, 2), (5, 8), (3, 4), (7, 8))
+
+
+def _run(images: list[bytes], threads: int, mode: str) -> tuple[float, float]:
+    """Wall and CPU seconds (CPU: this thread's, meaningful for one thread) for one pass."""
     out = np.empty((len(images), 224, 224, 3), dtype=np.uint8)
 
     def one(i: int) -> None:
         decode_planned(images[i], TRANSFORM, random.Random(i), out=out[i])
 
-    decoder = decode._roi_decoder if region else (lambda: None)
-    with mock.patch.object(decode, "_roi_decoder", decoder):
-        start = time.perf_counter()
+    decoder = decode._roi_decoder if mode == "region" else (lambda: None)
+    scales = EVERY_SCALE if mode == "whole, every scale" else decode._DCT_SCALES
+    with (
+        mock.patch.object(decode, "_roi_decoder", decoder),
+        mock.patch.object(decode, "_DCT_SCALES", scales),
+    ):
+        start, cpu = time.perf_counter(), time.thread_time()
         if threads == 1:
             for i in range(len(images)):
                 one(i)
         else:
             with ThreadPoolExecutor(threads) as pool:
                 list(pool.map(one, range(len(images)), chunksize=16))
-        return time.perf_counter() - start
+        return time.perf_counter() - start, time.thread_time() - cpu
 
 
 def main() -> None:
@@ -63,25 +73,33 @@ def main() -> None:
     if not paths:
         raise SystemExit(f"no photos under {args.data}: run benchmarks/loader.py first")
     images = [p.read_bytes() for p in paths]
-    results: dict[str, dict[str, list[float]]] = {}
+    results: dict[str, dict[str, list[tuple[float, float]]]] = {}
     for threads in (1, 2):
-        seconds: dict[str, list[float]] = {"region": [], "whole": []}
-        _run(images, threads, region=True)  # warm up both
-        _run(images, threads, region=False)
+        seconds: dict[str, list[tuple[float, float]]] = {mode: [] for mode in MODES}
+        for mode in MODES:  # warm up
+            _run(images, threads, mode)
         for round_ in range(args.rounds):
-            order = ["region", "whole"] if round_ % 2 == 0 else ["whole", "region"]
-            for name in order:
-                seconds[name].append(_run(images, threads, region=name == "region"))
+            for k in range(len(MODES)):
+                mode = MODES[(round_ + k) % len(MODES)]
+                seconds[mode].append(_run(images, threads, mode))
         results[str(threads)] = seconds
     print(f"{len(images)} photos from {args.data}, RandomResizedCrop(224)+flip, {args.rounds}")
-    print("| threads | whole: ms/image | region: ms/image | region / whole |")
-    print("| ---: | ---: | ---: | ---: |")
-    summary = {}
-    for threads, seconds in results.items():
-        whole = statistics.median(seconds["whole"]) / len(images) * 1e3
-        region = statistics.median(seconds["region"]) / len(images) * 1e3
-        summary[threads] = {"whole_ms": whole, "region_ms": region, "ratio": region / whole}
-        print(f"| {threads} | {whole:.3f} | {region:.3f} | {region / whole:.2f}x |")
+    print("| decode | 1 thread: ms/image | CPU ms/image | 2 threads: images/s | CPU vs before |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    summary: dict[str, dict[str, float]] = {}
+    for mode in MODES:
+        one = results["1"][mode]
+        wall = statistics.median(w for w, _ in one) / len(images) * 1e3
+        cpu = statistics.median(c for _, c in one) / len(images) * 1e3
+        rate = len(images) / statistics.median(w for w, _ in results["2"][mode])
+        summary[mode] = {"ms_per_image": wall, "cpu_ms_per_image": cpu, "images_per_s_2": rate}
+    for mode in MODES:
+        row = summary[mode]
+        ratio = row["cpu_ms_per_image"] / summary[MODES[0]]["cpu_ms_per_image"]
+        print(
+            f"| {mode} | {row['ms_per_image']:.3f} | {row['cpu_ms_per_image']:.3f} "
+            f"| {row['images_per_s_2']:,.0f} | {ratio:.2f}x |"
+        )
     out = Path("benchmarks/out/jpeg_roi.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"images": len(images), "raw": results, "median": summary}, indent=1))
