@@ -24,6 +24,10 @@ from stoker.storage import DiskCache
 from stoker.testing.images import write_image_folder
 
 SMALL_ORDER = OrderConfig(block_size=4, group_blocks=3)
+#: The same, with each rank's piece mixed through a window of 3 read groups (the default
+#: for data not written shuffled).
+WINDOWED = replace(SMALL_ORDER, window=3)
+ORDERS = pytest.mark.parametrize("order", [SMALL_ORDER, WINDOWED], ids=["groups", "window"])
 
 
 @pytest.fixture(scope="module")
@@ -76,9 +80,10 @@ def test_each_sample_once_per_epoch_and_epochs_differ(dataset_url: str) -> None:
     workers=st.integers(1, 3),
     drop_last=st.booleans(),
     batch=st.integers(3, 20),
+    order=st.sampled_from([SMALL_ORDER, WINDOWED]),
 )
 def test_ranks_and_workers_cover_the_epoch(
-    dataset_url: str, world: int, workers: int, drop_last: bool, batch: int
+    dataset_url: str, world: int, workers: int, drop_last: bool, batch: int, order: OrderConfig
 ) -> None:
     dataset = open_dataset(dataset_url)
     per_rank = []
@@ -90,7 +95,7 @@ def test_ranks_and_workers_cover_the_epoch(
                 batch_size=batch,
                 transform=RandomResizedCrop(8),
                 drop_last=drop_last,
-                order=SMALL_ORDER,
+                order=order,
                 world=World(rank=rank, world_size=world, worker=worker, num_workers=workers),
                 decode=DecodeConfig(threads=2),
             ) as loader:
@@ -154,8 +159,9 @@ def test_batch_arrays_are_recycled_only_when_nobody_holds_them(dataset_url: str)
         np.testing.assert_array_equal(image, copy)
 
 
-def test_resume_equals_an_uninterrupted_run(dataset_url: str) -> None:
-    kwargs = {"batch_size": 7, "transform": RandomResizedCrop(8), "order": SMALL_ORDER}
+@ORDERS
+def test_resume_equals_an_uninterrupted_run(dataset_url: str, order: OrderConfig) -> None:
+    kwargs = {"batch_size": 7, "transform": RandomResizedCrop(8), "order": order}
     with Loader(dataset_url, **kwargs) as loader:
         loader.set_epoch(2)
         full = _keys(loader)
@@ -171,8 +177,9 @@ def test_resume_equals_an_uninterrupted_run(dataset_url: str) -> None:
     assert head + tail == full
 
 
-def test_resume_with_a_new_world_size(dataset_url: str) -> None:
-    kwargs = {"batch_size": 5, "transform": RandomResizedCrop(8), "order": SMALL_ORDER}
+@ORDERS
+def test_resume_with_a_new_world_size(dataset_url: str, order: OrderConfig) -> None:
+    kwargs = {"batch_size": 5, "transform": RandomResizedCrop(8), "order": order}
     seen: list[str] = []
     states = []
     for rank in range(2):
@@ -411,11 +418,12 @@ def test_the_next_epoch_is_read_ahead_and_stays_exact(dataset_url: str) -> None:
     assert seen_7 == fresh(7)
 
 
+@ORDERS
 @pytest.mark.parametrize("workers", [2, 3])
 def test_workers_resumed_at_any_batch_deliver_the_uninterrupted_sequence(
-    dataset_url: str, workers: int
+    dataset_url: str, workers: int, order: OrderConfig
 ) -> None:
-    options: dict[str, Any] = {"batch_size": 4, "order": SMALL_ORDER}
+    options: dict[str, Any] = {"batch_size": 4, "order": order}
     with Loader(dataset_url, **options) as whole:
         full = [list(b["key"]) for b in whole]
     for position in (1, 5, 7):
@@ -431,8 +439,11 @@ def test_workers_resumed_at_any_batch_deliver_the_uninterrupted_sequence(
         assert merged == full[position:]
 
 
-def test_a_state_saved_after_an_epoch_starts_the_next_one(dataset_url: str) -> None:
-    options: dict[str, Any] = {"batch_size": 16, "order": SMALL_ORDER}
+@ORDERS
+def test_a_state_saved_after_an_epoch_starts_the_next_one(
+    dataset_url: str, order: OrderConfig
+) -> None:
+    options: dict[str, Any] = {"batch_size": 16, "order": order}
     with Loader(dataset_url, **options) as loader:
         first = _keys(loader)
         state = loader.state_dict()
