@@ -12,13 +12,14 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import logging
 import re
 from dataclasses import dataclass, field
 from typing import Any, TypedDict, TypeVar
 
 import numpy as np
 
-from stoker.errors import ShardFormatError
+from stoker.errors import BucketNotFoundError, ShardFormatError
 from stoker.format.spec import (
     ARRAYS_MAGIC,
     ARRAYS_NAME,
@@ -31,6 +32,8 @@ from stoker.format.writer import ShardRecord
 from stoker.storage.base import Store
 
 T = TypeVar("T")
+
+logger = logging.getLogger(__name__)
 
 _ARRAYS = (
     ("shard", "<u4"),
@@ -76,6 +79,9 @@ class DatasetIndex:
         keys: Key of each sample.
         packed_with: Parameters of the pack that made it (free-form, for humans).
         skipped: Inputs left out with ``on_error="skip"``: dicts with key, source, reason.
+        edited: Manifest entries whose checksum (``sections_sha256``) no longer matches,
+            so edited after the index was written (``class_names`` renamed by hand); empty
+            if all match, None for an index written before manifests carried checksums.
     """
 
     shards: list[ShardEntry]
@@ -89,6 +95,7 @@ class DatasetIndex:
     keys: list[str]
     packed_with: dict[str, Any] = field(default_factory=dict)
     skipped: list[dict[str, str]] = field(default_factory=list)
+    edited: list[str] | None = None
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -137,7 +144,7 @@ class DatasetIndex:
             {"name": s.name, "samples": s.samples, "bytes": s.size, "sha256": s.sha256}
             for s in self.shards
         ]
-        return {
+        manifest = {
             "format": FORMAT_NAME,
             "version": FORMAT_VERSION,
             "samples": len(self.keys),
@@ -152,6 +159,36 @@ class DatasetIndex:
             "packed_with": self.packed_with,
             "skipped": self.skipped,
         }
+        manifest[CHECKSUMS_KEY] = section_checksums(manifest)
+        return manifest
+
+
+#: The manifest entry that holds the SHA-256 of every other entry.
+CHECKSUMS_KEY = "sections_sha256"
+#: An ``index.json`` larger than this is refused before it is parsed (parsing JSON takes
+#: many times its size in memory). 128 MiB holds the manifest of about 500,000 shards.
+MAX_MANIFEST_BYTES = 128 << 20
+
+
+def section_checksums(manifest: dict[str, Any]) -> dict[str, str]:
+    """SHA-256 of each manifest entry's canonical JSON (sorted keys, no spaces, UTF-8)."""
+    return {
+        key: hashlib.sha256(
+            json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+        ).hexdigest()
+        for key, value in sorted(manifest.items())
+        if key != CHECKSUMS_KEY
+    }
+
+
+def _edited_sections(manifest: dict[str, Any]) -> list[str] | None:
+    recorded = manifest.get(CHECKSUMS_KEY)
+    if recorded is None:
+        return None
+    if not isinstance(recorded, dict):
+        return [CHECKSUMS_KEY]
+    actual = section_checksums(manifest)
+    return sorted(k for k in set(recorded) | set(actual) if recorded.get(k) != actual.get(k))
 
 
 def write_index(store: Store, index: DatasetIndex) -> None:
@@ -162,12 +199,15 @@ def write_index(store: Store, index: DatasetIndex) -> None:
     store.put(MANIFEST_NAME, manifest.encode("utf-8"))
 
 
-def read_index(store: Store) -> DatasetIndex:
+def read_index(store: Store, *, max_manifest_bytes: int = MAX_MANIFEST_BYTES) -> DatasetIndex:
     """Read a dataset's index with two GETs and no LIST.
 
     Besides parsing, the index is checked for consistency: every sample lies inside its
     shard's recorded size, the samples are grouped by shard in the counts the manifest gives,
-    and object names are plain relative names (no ``..``, no absolute path).
+    and object names are plain relative names (no ``..``, no absolute path). A manifest
+    over ``max_manifest_bytes`` is refused unparsed. Entries edited since the index was
+    written are listed in :attr:`DatasetIndex.edited` (and logged); ``stoker verify``
+    reports them.
 
     Raises:
         FileNotFoundError: The dataset has no ``index.json`` (not packed, or not finished).
@@ -177,10 +217,17 @@ def read_index(store: Store) -> DatasetIndex:
     where = f"{store.url}/{MANIFEST_NAME}"
     try:
         raw = bytes(store.get(MANIFEST_NAME))
+    except BucketNotFoundError:  # its message names the bucket or folder: say that
+        raise
     except FileNotFoundError as exc:
         raise FileNotFoundError(
             f"{where}: no index; is this a packed stoker dataset, and did its pack finish?"
         ) from exc
+    if len(raw) > max_manifest_bytes:
+        raise ShardFormatError(
+            f"{where}: {len(raw):,} bytes, more than an index may be "
+            f"({max_manifest_bytes:,}); not parsed"
+        )
     try:
         manifest = json.loads(raw)
     except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError, nesting
@@ -232,6 +279,14 @@ def read_index(store: Store) -> DatasetIndex:
     index.fields = dict(fields)
     index.packed_with = dict(packed_with)
     index.skipped = list(skipped)
+    index.edited = _edited_sections(manifest)
+    if index.edited:
+        logger.warning(
+            "%s: %s edited since the index was written (checksums differ); "
+            "`stoker verify` reports it",
+            where,
+            ", ".join(index.edited),
+        )
     if len(index) != samples or sum(s.samples for s in shards) != len(index):
         raise ShardFormatError(f"{where}: sample counts disagree with {ARRAYS_NAME}")
     _check_layout(index, where=arrays_where)

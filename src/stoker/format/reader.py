@@ -14,6 +14,7 @@ import numpy as np
 
 from stoker.errors import CorruptShardError, ShardFormatError
 from stoker.format.index import DatasetIndex, ShardEntry, read_index
+from stoker.format.spec import MANIFEST_NAME
 from stoker.format.tar import parse_members
 from stoker.storage.base import Store
 from stoker.storage.open import open_store
@@ -317,8 +318,9 @@ class ShardDataset:
         return [found[i] for i in wanted]
 
     def verify(self, *, progress: Callable[[int], None] | None = None) -> VerifyReport:
-        """Read every shard whole and check its size and SHA-256, every sample's CRC-32, and
-        that every sample's tar members parse (so a dataset that verifies can be read).
+        """Read every shard whole and check its size and SHA-256, every sample's CRC-32,
+        that every sample's tar members parse (so a dataset that verifies can be read), and
+        that no ``index.json`` entry (``class_names`` among them) was edited after writing.
 
         Never raises for corruption: every problem, with its shard and sample, is listed
         in the report.
@@ -370,6 +372,10 @@ class ShardDataset:
             await asyncio.gather(*(bounded(n, e) for n, e in enumerate(self.shards)))
 
         engine.run(check_all())
+        if self._index.edited:
+            edited = ", ".join(self._index.edited)
+            problem = f"{edited} edited since the index was written (checksums differ)"
+            report.corrupt.append((MANIFEST_NAME, "", problem))
         report.corrupt.sort()
         return report
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from stoker.errors import SourceError
-from stoker.format.foreign.wds_tar import scan_tar
+from stoker.format.foreign.wds_tar import refuse_compressed_names, scan_tar
 from stoker.format.index import DatasetIndex, write_index
 from stoker.format.writer import SampleRecord, ShardRecord
 from stoker.storage import StorageOptions, open_store
@@ -64,8 +64,10 @@ def index_webdataset(
     """
     store = open_store(url, storage_options=storage_options)
     started = time.perf_counter()
-    names = sorted(m.key for m in store.list("") if m.key.endswith(".tar"))
+    listed = [m.key for m in store.list("")]
+    names = sorted(key for key in listed if key.endswith(".tar"))
     if not names:
+        refuse_compressed_names(listed, where=store.url)
         raise SourceError(f"{store.url}: no .tar shards to index")
     records: list[ShardRecord] = []
     fields: dict[str, int] = {}

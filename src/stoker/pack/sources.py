@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from stoker.format.foreign.base import SampleReader, SampleRef
 from stoker.format.foreign.locations import is_remote
+from stoker.format.foreign.wds_tar import COMPRESSED_TAR_SUFFIXES
 from stoker.storage import open_store
 from stoker.storage.url import parse_url
 
@@ -31,14 +32,14 @@ def guess_format(location: str, *, storage_options: Mapping[str, Any] | None = N
         return "hdf5"
     if name.endswith(_LIST):
         return "list"
-    if name.endswith(".tar"):
+    if name.endswith((".tar", *COMPRESSED_TAR_SUFFIXES)):  # the reader refuses compressed
         return "webdataset"
     if not is_remote(location) and not Path(location).is_dir():
         raise ValueError(f"{location}: no such file or directory")
     names = _top_level_names(location, storage_options)
     if any(n.endswith(_TFRECORD) or ".tfrecord-" in n for n in names):
         return "tfrecord"
-    if names and all(n.endswith(".tar") for n in names):
+    if names and all(n.endswith((".tar", *COMPRESSED_TAR_SUFFIXES)) for n in names):
         return "webdataset"
     if any(n.endswith(_HDF5) for n in names) and len(names) == 1:
         return "hdf5"

@@ -62,10 +62,11 @@ def scan_tar(data: bytes | memoryview, *, name: str) -> list[TarSample]:
         The samples in tar order.
 
     Raises:
-        SourceError: A bad header checksum or number, a truncated archive, an unsafe or
-            unsupported member, a sample whose members are not consecutive, or an extension
-            that appears twice in one sample.
+        SourceError: A compressed tar, a bad header checksum or number, a truncated
+            archive, an unsafe or unsupported member, a sample whose members are not
+            consecutive, or an extension that appears twice in one sample.
     """
+    refuse_compressed(data, name=name)
     samples: list[TarSample] = []
     seen: set[str] = set()
     current: TarSample | None = None
@@ -117,6 +118,48 @@ def scan_tar(data: bytes | memoryview, *, name: str) -> list[TarSample]:
     return samples
 
 
+#: Magic bytes of the compressions a tar is often wrapped in.
+COMPRESSION_MAGIC = {
+    b"\x1f\x8b": "gzip",
+    b"BZh": "bzip2",
+    b"\xfd7zXZ\x00": "xz",
+    b"\x28\xb5\x2f\xfd": "zstd",
+}
+#: Names of compressed tars, which are refused, naming them, rather than passed over.
+COMPRESSED_TAR_SUFFIXES = (".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".tar.zst")
+
+
+def refuse_compressed(data: bytes | memoryview, *, name: str) -> None:
+    """Refuse a compressed tar: a sample is read later by one ranged GET at its offset in
+    the tar, which a compressed stream does not have.
+
+    Raises:
+        SourceError: Naming the tar and its compression.
+    """
+    head = bytes(data[:6])
+    for magic, compression in COMPRESSION_MAGIC.items():
+        if head.startswith(magic):
+            raise SourceError(
+                f"{name}: a {compression}-compressed tar; stoker reads uncompressed tars "
+                "(each sample is one ranged read at its offset): decompress it first "
+                "(gunzip, or `stoker pack` it from the decompressed tar)"
+            )
+
+
+def refuse_compressed_names(names: Sequence[str], *, where: str) -> None:
+    """Refuse a folder whose only tars are compressed ones, naming one of them.
+
+    Raises:
+        SourceError: Naming how many there are and the first.
+    """
+    compressed = sorted(n for n in names if n.lower().endswith(COMPRESSED_TAR_SUFFIXES))
+    if compressed:
+        raise SourceError(
+            f"{where}: no uncompressed .tar files, but {len(compressed)} compressed ones "
+            f"({compressed[0]}, ...); stoker reads uncompressed tars: decompress them first"
+        )
+
+
 class WebDatasetTarReader:
     """Read WebDataset tars: one tar, or every ``.tar`` under a directory or prefix.
 
@@ -159,8 +202,10 @@ class WebDatasetTarReader:
         Raises:
             SourceError: There are none.
         """
-        found = [location for location, _ in self._locations.list(self._location, (".tar",))]
+        listed = [location for location, _ in self._locations.list(self._location)]
+        found = [location for location in listed if location.lower().endswith(".tar")]
         if not found:
+            refuse_compressed_names(listed, where=self._location)
             raise SourceError(f"{self._location}: no .tar files found")
         return found
 
