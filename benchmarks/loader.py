@@ -1,21 +1,34 @@
 """Stream a packed dataset from a bucket into batches: stoker against the usual baselines.
 
 Two datasets made from real photographs (scikit-image's sample photos and, if installed,
-Debian's mate-backgrounds): (a) 20,000 photos of 500x375 (~100 kB) and (b) 25,000 of
-150x150. Data sit in SeaweedFS behind the 20 ms / 1 Gbit/s proxy. Every method produces
-batches of 256 RandomResizedCrop(224) + flip uint8 images, on this machine's cores:
+Debian's mate-backgrounds): (a) 20,000 photos of 500x375 (~100 kB), batches of
+RandomResizedCrop(224) + flip, and (b) 25,000 of 150x150, Resize(224x224) + flip; batches
+of 256 uint8 images. Data sit in SeaweedFS behind the 20 ms / 1 Gbit/s proxy; every
+method reads through it, cold, on this machine's cores:
 
-- limit: the same bytes already in RAM, decoded and transformed by the fastest path we
-  have (libjpeg-turbo with DCT scaling, both cores), no I/O at all;
-- stoker: ``stoker bench`` in its own process (cold: no cache), packed shards;
+- in RAM, full decode: the same bytes already in RAM, simplejpeg's whole-image decode +
+  OpenCV's bilinear resize, all cores, no I/O (the issue 16 reference row);
+- in RAM, stoker's decode: the same with stoker's ``decode_planned`` (DCT scaling);
+- stoker: the Loader on its defaults (autotune on) in its own process, packed shards;
+- tf.data: TFRecord shards of the same photos downloaded in parallel to local disk, then
+  TensorFlow's data performance guide's pipeline (see loader_children.py), own process;
 - per-object DataLoader: torch DataLoader(num_workers=2), one boto3 GET per sample;
 - download + ImageFolder-style: ``stoker download`` of the originals, then a
-  DataLoader(num_workers=2) reading local files (torchvision does not import beside the
-  CPU torch wheel here, so its ImageFolder is reproduced: PIL open, RGB, crop, resize);
+  DataLoader(num_workers=2) reading local files (PIL open, RGB, crop, resize);
 - WebDataset over the same shards (presigned HTTP URLs through the proxy, num_workers=2).
 
-    pip install -e '.[bench,torch]' scikit-image && apt-get install mate-backgrounds
-    python benchmarks/loader.py                    # both sets, ~10 minutes on 2 cores
+Every method runs ``--repeats`` times, interleaved (the order reversed every other round),
+and the tables show medians. Bytes and requests per epoch are the proxy's own counts
+(what the server sent, response heads included) scaled to a whole epoch when a run read
+less than one (marked ~), against the bytes of the objects the method reads (shards,
+TFRecords or originals). First batch: after the process started for the methods run in
+their own process (imports and, for tf.data, the download included); after ``iter()``
+for the DataLoaders. The end of the output checks issue 16's acceptance bounds.
+
+    pip install -e '.[bench,torch,test]' scikit-image && apt-get install mate-backgrounds
+    python benchmarks/loader.py                    # both sets, every method, ~25 minutes
+    python benchmarks/loader.py --methods acceptance   # in-RAM rows, stoker and tf.data
+    python benchmarks/loader.py --quick            # 1,500 photos a set, one round: a smoke run
 
 Writes benchmarks/out/loader.json and benchmarks/out/loader.md.
 """
@@ -23,291 +36,261 @@ Writes benchmarks/out/loader.json and benchmarks/out/loader.md.
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import platform
 import random
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import boto3
-import numpy as np
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
 import torch
 import webdataset as wds
-from botocore.config import Config
-from PIL import Image
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 
-from stoker.pack.packer import PackConfig, pack
-from stoker.pipeline.decode import decode_planned
-from stoker.pipeline.transforms import RandomResizedCrop
+from loader_baselines import (
+    LocalFiles,
+    PerObject,
+    WdsMap,
+    boto,
+    cpu_seconds,
+    in_ram_rate,
+    time_loader,
+)
+from loader_report import report
+from loader_sets import BATCH, BUCKET, SETS, TRANSFORMS, Prepared, prepare_set
 from stoker.storage import open_store
-from stoker.storage.transfer import TransferConfig, download, upload
+from stoker.storage.transfer import download
 from stoker.testing.netproxy import LinkConfig, NetProxy
-from stoker.testing.photos import write_photo_folder
 from stoker.testing.seaweed import ACCESS_KEY, REGION, SECRET_KEY, SeaweedServer
 
 OUT = Path(__file__).resolve().parent / "out"
-BUCKET = "bench-loader"
-BATCH = 256
-TRANSFORM = RandomResizedCrop(224, flip=True)
-SETS = {
-    "a": {"files": 20_000, "width": 500, "height": 375, "quality": 95, "grain": 8.0},
-    "b": {"files": 25_000, "width": 150, "height": 150, "quality": 90, "grain": 3.0},
+CHILDREN = Path(__file__).resolve().parent / "loader_children.py"
+__all__ = ["BATCH", "BUCKET", "SETS", "TRANSFORMS", "Prepared", "prepare_set"]
+
+
+class Bench:
+    """One set's methods, against one server and proxy."""
+
+    def __init__(
+        self,
+        prep: Prepared,
+        server: SeaweedServer,
+        proxy: NetProxy,
+        args: argparse.Namespace,
+        scratch: Path,
+    ) -> None:
+        self.prep, self.server, self.proxy, self.args, self.scratch = (
+            prep,
+            server,
+            proxy,
+            args,
+            scratch,
+        )
+        self.transform = TRANSFORMS[prep.transform]
+        self.env = {
+            **os.environ,
+            "AWS_ENDPOINT_URL": proxy.endpoint,
+            "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+            "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+            "AWS_REGION": REGION,
+            "AWS_DEFAULT_REGION": REGION,
+            "TF_CPP_MIN_LOG_LEVEL": "2",
+        }
+
+    def counted(self, run: Callable[[], dict[str, Any]], whole: bool) -> dict[str, Any]:
+        """Run one method; add what the proxy saw, per epoch (``whole``: the run reads the
+        whole data set however many images it times, as a download does)."""
+        before = self.proxy.stats()
+        result = run()
+        after = self.proxy.stats()
+        scale = 1.0 if whole else self.prep.files / max(1, result["images"])
+        result["epoch_scale"] = scale
+        result["bytes_per_epoch"] = (after.bytes_down - before.bytes_down) * scale
+        result["requests_per_epoch"] = (after.requests - before.requests) * scale
+        return result
+
+    def child(self, command: list[str]) -> dict[str, Any]:
+        """A method in its own process; its first batch counted from the process's start."""
+        server_cpu, harness_cpu = cpu_seconds(self.server.pid), cpu_seconds(None)
+        started = time.time()
+        done = subprocess.run(
+            [sys.executable, str(CHILDREN), *command],
+            env=self.env,
+            capture_output=True,
+            text=True,
+        )
+        wall = time.time() - started
+        if done.returncode:
+            raise RuntimeError(f"{command[0]} failed:\n{done.stderr[-4000:]}")
+        result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+        result["first_batch_s"] = result.pop("first_batch_at") - started
+        # The server and the proxy (a thread of this process) share the cores with the
+        # client: how much of the machine they took while the method ran.
+        result["server_cores"] = (cpu_seconds(self.server.pid) - server_cpu) / wall
+        result["proxy_cores"] = (cpu_seconds(None) - harness_cpu) / wall
+        return result
+
+    def limit_full(self) -> dict[str, Any]:
+        cores = os.cpu_count() or 2
+        paths, count = self.prep.paths, self.args.limit_images
+        return in_ram_rate(paths, count, cores, self.transform, full=True)
+
+    def limit_planned(self) -> dict[str, Any]:
+        cores = os.cpu_count() or 2
+        paths, count = self.prep.paths, self.args.limit_images
+        return in_ram_rate(paths, count, cores, self.transform, full=False)
+
+    def stoker(self) -> dict[str, Any]:
+        url = f"s3://{BUCKET}/{self.prep.key}/shards"
+        command = ["stoker", url, self.prep.transform, str(self.args.images)]
+        result = self.counted(lambda: self.child(command), whole=False)
+        result["data_bytes"] = self.prep.shard_bytes
+        return result
+
+    def tfdata(self) -> dict[str, Any]:
+        local = self.scratch / f"{self.prep.key}-tfrecord"
+        command = [
+            "tfdata",
+            BUCKET,
+            f"{self.prep.key}/tfrecord/",
+            str(local),
+            self.prep.transform,
+            str(self.args.images),
+        ]
+        try:
+            result = self.counted(lambda: self.child(command), whole=True)
+        finally:
+            shutil.rmtree(local, ignore_errors=True)
+        result["data_bytes"] = self.prep.tfrecord_bytes
+        return result
+
+    def per_object(self) -> dict[str, Any]:
+        prep = self.prep
+        keys = [f"{prep.key}/raw/{p.relative_to(prep.source).as_posix()}" for p in prep.paths]
+        random.Random(0).shuffle(keys)
+        # Only the timed images, so that the workers' read-ahead reads nothing more.
+        keys = keys[: self.args.slow_images]
+        loader = DataLoader(
+            PerObject(self.proxy.endpoint, BUCKET, keys, self.transform),
+            batch_size=BATCH,
+            num_workers=2,
+            multiprocessing_context="spawn",
+        )
+        result = self.counted(lambda: time_loader(loader, self.args.slow_images), whole=False)
+        result["data_bytes"] = prep.raw_bytes
+        return result
+
+    def download_folder(self) -> dict[str, Any]:
+        local = self.scratch / f"{self.prep.key}-download"
+
+        def run() -> dict[str, Any]:
+            options = self.server.storage_options(self.proxy.endpoint)
+            started = time.perf_counter()
+            store = open_store(f"s3://{BUCKET}/{self.prep.key}/raw", storage_options=options)
+            download(store, local)
+            download_s = time.perf_counter() - started
+            paths = sorted(local.rglob("*.jpg"))
+            random.Random(0).shuffle(paths)
+            loader = DataLoader(
+                LocalFiles(paths, self.transform),
+                batch_size=BATCH,
+                num_workers=2,
+                multiprocessing_context="spawn",
+            )
+            return {**time_loader(loader, self.args.slow_images), "download_s": download_s}
+
+        try:
+            result = self.counted(run, whole=True)
+        finally:
+            shutil.rmtree(local, ignore_errors=True)
+        result["data_bytes"] = self.prep.raw_bytes
+        return result
+
+    def webdataset(self) -> dict[str, Any]:
+        client = boto(self.proxy.endpoint)
+        shard_keys = sorted(
+            o["Key"]
+            for page in client.get_paginator("list_objects_v2").paginate(
+                Bucket=BUCKET, Prefix=f"{self.prep.key}/shards/shard-"
+            )
+            for o in page.get("Contents", [])
+        )
+        urls = [
+            client.generate_presigned_url(
+                "get_object", Params={"Bucket": BUCKET, "Key": k}, ExpiresIn=3600
+            )
+            for k in shard_keys
+        ]
+        pipeline = (
+            wds.WebDataset(urls, shardshuffle=False, empty_check=False)
+            .shuffle(1000)
+            .map(WdsMap(self.transform))
+            .batched(BATCH)
+        )
+        loader = DataLoader(
+            pipeline, batch_size=None, num_workers=2, multiprocessing_context="spawn"
+        )
+        limit = self.args.images or self.prep.files
+        result = self.counted(lambda: time_loader(loader, limit), whole=False)
+        result["data_bytes"] = self.prep.shard_bytes
+        return result
+
+
+METHOD_SETS = {
+    "all": [
+        "limit_full",
+        "limit_planned",
+        "stoker",
+        "tfdata",
+        "per_object",
+        "download_folder",
+        "webdataset",
+    ],
+    "acceptance": ["limit_full", "limit_planned", "stoker", "tfdata"],
+    "stoker": ["limit_full", "limit_planned", "stoker"],
 }
 
 
-def pil_transform(data: bytes, rng: random.Random) -> np.ndarray:
-    """What a torchvision pipeline does: full PIL decode, then crop, resize, flip."""
-    with Image.open(io.BytesIO(data)) as image:
-        rgb = image.convert("RGB")
-    plan = TRANSFORM.plan(rgb.width, rgb.height, rng)
-    left, top, w, h = plan.box
-    out = rgb.resize(plan.size[::-1], Image.Resampling.BILINEAR, box=(left, top, left + w, top + h))
-    if plan.flip:
-        out = out.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
-    return np.array(out)  # writable, as torch's collate wants
+def median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each number's median over the runs (other values from the first run)."""
+    merged = dict(runs[0])
+    for key, value in runs[0].items():
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            merged[key] = statistics.median(run[key] for run in runs)
+    merged["runs"] = len(runs)
+    return merged
 
 
-def boto(endpoint: str) -> Any:
-    return boto3.client(
-        "s3",
-        endpoint_url=endpoint,
-        aws_access_key_id=ACCESS_KEY,
-        aws_secret_access_key=SECRET_KEY,
-        region_name=REGION,
-        config=Config(s3={"addressing_style": "path"}, max_pool_connections=4),
-    )
-
-
-class PerObject(Dataset[tuple[np.ndarray, int]]):
-    def __init__(self, endpoint: str, keys: list[str]) -> None:
-        self.endpoint, self.keys, self.client = endpoint, keys, None
-
-    def __len__(self) -> int:
-        return len(self.keys)
-
-    def __getitem__(self, i: int) -> tuple[np.ndarray, int]:
-        if self.client is None:
-            self.client = boto(self.endpoint)
-        body = self.client.get_object(Bucket=BUCKET, Key=self.keys[i])["Body"].read()
-        label = int(self.keys[i].split("class_")[1][:3])
-        return pil_transform(body, random.Random(i)), label
-
-
-class LocalFiles(Dataset[tuple[np.ndarray, int]]):
-    def __init__(self, paths: list[Path]) -> None:
-        self.paths = paths
-
-    def __len__(self) -> int:
-        return len(self.paths)
-
-    def __getitem__(self, i: int) -> tuple[np.ndarray, int]:
-        return pil_transform(self.paths[i].read_bytes(), random.Random(i)), 0
-
-
-def wds_map(sample: dict[str, Any]) -> tuple[np.ndarray, int]:
-    """WebDataset's per-sample work: the same PIL decode and transform."""
-    return pil_transform(sample["jpg"], random.Random(sample["__key__"])), 0
-
-
-def time_loader(loader: Any, limit: int) -> dict[str, float]:
-    started = time.perf_counter()
-    first = 0.0
-    seen = 0
-    for batch in loader:
-        if not seen:
-            first = time.perf_counter() - started
-        seen += len(batch[0]) if isinstance(batch, list | tuple) else len(batch)
-        if seen >= limit:
-            break
-    seconds = time.perf_counter() - started
-    return {
-        "images": seen,
-        "seconds": seconds,
-        "images_per_s": seen / seconds,
-        "first_batch_s": first,
+def run_set(bench: Bench, methods: list[str], repeats: int) -> dict[str, Any]:
+    runs: dict[str, list[dict[str, Any]]] = {m: [] for m in methods}
+    for round_ in range(repeats):
+        for method in methods if round_ % 2 == 0 else methods[::-1]:
+            result = getattr(bench, method)()
+            runs[method].append(result)
+            print(
+                f"[{bench.prep.key}] round {round_ + 1}: {method} "
+                f"{result['images_per_s']:.0f} images/s",
+                flush=True,
+            )
+    prep = bench.prep
+    results: dict[str, Any] = {
+        "mean_kb": prep.mean_kb,
+        "files": prep.files,
+        "transform": prep.transform,
+        "shard_bytes": prep.shard_bytes,
+        "tfrecord_bytes": prep.tfrecord_bytes,
+        "raw_bytes": prep.raw_bytes,
     }
-
-
-def cpu_seconds(pid: int | None) -> float:
-    """User + system CPU seconds of a process (None: this one), from /proc."""
-    if pid is None:
-        times = os.times()
-        return times.user + times.system
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def limit_rate(paths: list[Path], count: int, threads: int) -> dict[str, float]:
-    data = [p.read_bytes() for p in paths[:count]]
-    out = np.empty((BATCH, 224, 224, 3), dtype=np.uint8)
-
-    def work(i: int) -> None:
-        decode_planned(data[i], TRANSFORM, random.Random(i), out=out[i % BATCH])
-
-    started = time.perf_counter()
-    with ThreadPoolExecutor(threads) as pool:
-        list(pool.map(work, range(len(data))))
-    seconds = time.perf_counter() - started
-    return {"images": len(data), "seconds": seconds, "images_per_s": len(data) / seconds}
-
-
-def prepare_set(name: str, spec: dict[str, Any], server: SeaweedServer) -> tuple[list[Path], float]:
-    """Generate set ``name`` (once; kept in benchmarks/out/data), upload it and pack it."""
-    source = OUT / "data" / name
-    marker = source / f".complete-{spec['files']}"
-    if not marker.exists():
-        shutil.rmtree(source, ignore_errors=True)
-        print(f"[{name}] generating {spec['files']} photos", flush=True)
-        write_photo_folder(
-            source,
-            files=spec["files"],
-            width=spec["width"],
-            height=spec["height"],
-            quality=spec["quality"],
-            grain=spec["grain"],
-        )
-        marker.touch()
-    paths = sorted(source.rglob("*.jpg"))
-    mean_kb = sum(p.stat().st_size for p in paths) / len(paths) / 1000
-    direct = server.storage_options()
-    upload(
-        source,
-        open_store(f"s3://{BUCKET}/{name}/raw", storage_options=direct),
-        config=TransferConfig(workers=64, exclude=(".complete-*",)),
-    )
-    pack(
-        f"s3://{BUCKET}/{name}/raw",
-        f"s3://{BUCKET}/{name}/shards",
-        storage_options=direct,
-        config=PackConfig(max_shard_bytes=32_000_000),
-    )
-    print(f"[{name}] {len(paths)} photos, mean {mean_kb:.1f} kB, packed", flush=True)
-    return paths, mean_kb
-
-
-def run_set(
-    name: str,
-    spec: dict[str, Any],
-    server: SeaweedServer,
-    proxy: NetProxy,
-    args: argparse.Namespace,
-    scratch: Path,
-) -> dict[str, Any]:
-    paths, mean_kb = prepare_set(name, spec, server)
-    source = OUT / "data" / name
-    results: dict[str, Any] = {"mean_kb": mean_kb, "files": len(paths)}
-    cores = os.cpu_count() or 2
-
-    results["limit"] = limit_rate(paths, args.limit_images, cores)
-    print(f"[{name}] limit {results['limit']['images_per_s']:.0f} images/s", flush=True)
-
-    env = {
-        **os.environ,
-        "AWS_ENDPOINT_URL": proxy.endpoint,
-        "AWS_ACCESS_KEY_ID": ACCESS_KEY,
-        "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
-        "AWS_REGION": REGION,
-    }
-    batches = max(1, args.stoker_images // BATCH)
-    server_cpu, harness_cpu, wall = cpu_seconds(server.pid), cpu_seconds(None), time.time()
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "stoker",
-            "bench",
-            f"s3://{BUCKET}/{name}/shards",
-            "--batch-size",
-            str(BATCH),
-            "--batches",
-            str(batches),
-            "--size",
-            "224",
-            "--json",
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    results["stoker"] = json.loads(done.stdout)
-    wall = time.time() - wall
-    # The server and the proxy (a thread of this process) share the cores with the client:
-    # how much of the machine they took while stoker ran.
-    results["stoker"]["server_cores"] = (cpu_seconds(server.pid) - server_cpu) / wall
-    results["stoker"]["proxy_cores"] = (cpu_seconds(None) - harness_cpu) / wall
-    print(f"[{name}] stoker {results['stoker']['images_per_s']:.0f} images/s", flush=True)
-
-    if args.methods != "all":
-        return results
-    keys = [f"{name}/raw/{p.relative_to(source).as_posix()}" for p in paths]
-    random.Random(0).shuffle(keys)
-    per_object = DataLoader(
-        PerObject(proxy.endpoint, keys),
-        batch_size=BATCH,
-        num_workers=2,
-        multiprocessing_context="spawn",
-    )
-    results["per_object"] = time_loader(per_object, args.slow_images)
-    print(f"[{name}] per-object {results['per_object']['images_per_s']:.0f} images/s", flush=True)
-
-    started = time.perf_counter()
-    local = scratch / f"{name}-download"
-    download(
-        open_store(
-            f"s3://{BUCKET}/{name}/raw", storage_options=server.storage_options(proxy.endpoint)
-        ),
-        local,
-    )
-    download_s = time.perf_counter() - started
-    local_paths = sorted(local.rglob("*.jpg"))
-    random.Random(0).shuffle(local_paths)
-    folder = DataLoader(
-        LocalFiles(local_paths), batch_size=BATCH, num_workers=2, multiprocessing_context="spawn"
-    )
-    results["download_folder"] = {**time_loader(folder, args.slow_images), "download_s": download_s}
-    shutil.rmtree(local, ignore_errors=True)
-    print(
-        f"[{name}] download {download_s:.1f} s, folder "
-        f"{results['download_folder']['images_per_s']:.0f} images/s",
-        flush=True,
-    )
-
-    client = boto(proxy.endpoint)
-    shard_keys = sorted(
-        o["Key"]
-        for page in client.get_paginator("list_objects_v2").paginate(
-            Bucket=BUCKET, Prefix=f"{name}/shards/shard-"
-        )
-        for o in page.get("Contents", [])
-    )
-    urls = [
-        client.generate_presigned_url(
-            "get_object", Params={"Bucket": BUCKET, "Key": k}, ExpiresIn=3600
-        )
-        for k in shard_keys
-    ]
-
-    pipeline = (
-        wds.WebDataset(urls, shardshuffle=False, empty_check=False)
-        .shuffle(1000)
-        .map(wds_map)
-        .batched(BATCH)
-    )
-    results["webdataset"] = time_loader(
-        DataLoader(pipeline, batch_size=None, num_workers=2, multiprocessing_context="spawn"),
-        args.stoker_images,
-    )
-    print(f"[{name}] webdataset {results['webdataset']['images_per_s']:.0f} images/s", flush=True)
+    results.update({m: median_of(r) for m, r in runs.items()})
     return results
 
 
@@ -316,8 +299,17 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--sets", default="a,b")
+    parser.add_argument(
+        "--files", type=int, help="photos per set (default: 20,000 for a, 25,000 for b)"
+    )
+    parser.add_argument("--repeats", type=int, default=2, help="rounds, interleaved")
     parser.add_argument("--limit-images", type=int, default=3000)
-    parser.add_argument("--stoker-images", type=int, default=10_240)
+    parser.add_argument(
+        "--images",
+        type=int,
+        default=0,
+        help="images timed for stoker, tf.data and WebDataset (0: a whole epoch)",
+    )
     parser.add_argument(
         "--slow-images",
         type=int,
@@ -325,18 +317,23 @@ def main() -> int:
         help="images timed for the per-object and folder baselines",
     )
     parser.add_argument("--rtt-ms", type=float, default=20.0)
+    parser.add_argument("--methods", choices=sorted(METHOD_SETS), default="all")
     parser.add_argument(
-        "--methods",
-        choices=["all", "stoker"],
-        default="all",
-        help="'stoker' measures only the limit and stoker (quick)",
+        "--quick",
+        action="store_true",
+        help="a smoke run: 1,500 photos a set, one round, 512 images for the slow baselines",
     )
     args = parser.parse_args()
+    if args.quick:
+        args.files, args.repeats = args.files or 1500, 1
+        args.slow_images, args.limit_images = 512, 500
+    methods = METHOD_SETS[args.methods]
     torch.set_num_threads(1)
     OUT.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="stoker-bench-loader-"))
     results: dict[str, Any] = {
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()}
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "args": vars(args),
     }
     try:
         with SeaweedServer() as server:
@@ -344,53 +341,18 @@ def main() -> int:
             link = LinkConfig(rtt_s=args.rtt_ms / 1000, bandwidth_bytes_s=125e6)
             with NetProxy("127.0.0.1", server.port, link=link) as proxy:
                 for name in args.sets.split(","):
-                    results[name] = run_set(name, SETS[name], server, proxy, args, scratch)
+                    prep = prepare_set(
+                        name, server, files=args.files, tfrecords="tfdata" in methods
+                    )
+                    bench = Bench(prep, server, proxy, args, scratch)
+                    results[name] = run_set(bench, methods, args.repeats)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-
-    lines = [
-        f"# Loader benchmark: batches of {BATCH} at 224x224, RandomResizedCrop + flip, "
-        f"{args.rtt_ms:g} ms RTT, 1 Gbit/s, {os.cpu_count()} CPUs",
-        "",
-        "| set | method | images | images/s | vs limit | stoker is | first batch s |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
-    ]
-    names = {
-        "limit": "limit: decode+transform from RAM",
-        "stoker": "stoker",
-        "per_object": "DataLoader, per-object GETs",
-        "download_folder": "download, then folder DataLoader",
-        "webdataset": "WebDataset, same shards",
-    }
-    for name in args.sets.split(","):
-        r = results[name]
-        stoker_rate = r["stoker"]["images_per_s"]
-        for method, label in names.items():
-            if method not in r:
-                continue
-            row = r[method]
-            rate = row["images_per_s"]
-            first = row.get("first_batch_s")
-            count = row.get("images", row.get("samples"))
-            lines.append(
-                f"| {name} ({r['mean_kb']:.0f} kB) | {label} | {count} "
-                f"| {rate:.0f} | {rate / r['limit']['images_per_s']:.2f}x | "
-                f"{stoker_rate / rate:.2f}x | {'' if first is None else f'{first:.2f}'} |"
-            )
-        lines.append(f"| {name} | stoker peak RSS | | {r['stoker']['peak_rss_mb']:.0f} MB | | | |")
-        lines.append(
-            f"| {name} | cores taken by server + proxy during stoker's run | | "
-            f"{r['stoker']['server_cores']:.2f} + {r['stoker']['proxy_cores']:.2f} | | | |"
-        )
-        if "download_folder" in r:
-            lines.append(
-                f"| {name} | download of all originals | | "
-                f"{r['download_folder']['download_s']:.1f} s | | | |"
-            )
-    table = "\n".join(lines)
+    text, checks = report(results, args)
+    results["acceptance"] = checks
     (OUT / "loader.json").write_text(json.dumps(results, indent=2))
-    (OUT / "loader.md").write_text(table + "\n")
-    print(table)
+    (OUT / "loader.md").write_text(text + "\n")
+    print(text)
     return 0
 
 

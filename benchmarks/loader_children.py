@@ -1,0 +1,217 @@
+"""The methods of ``loader.py`` that run in a process of their own, timed from its start.
+
+    python benchmarks/loader_children.py stoker URL TRANSFORM IMAGES
+    python benchmarks/loader_children.py tfdata BUCKET PREFIX DIR TRANSFORM IMAGES
+    python benchmarks/loader_children.py write-tfrecords SOURCE DEST SHARD_BYTES
+
+``TRANSFORM`` is ``crop`` (RandomResizedCrop(224) + flip) or ``resize`` (Resize to 224x224
++ flip); ``IMAGES`` 0 is one whole epoch. A run prints one JSON line: images, seconds (from
+the first ``next()`` to the last batch), images/s, ``first_batch_at`` (``time.time()`` of
+the first batch: the parent subtracts the moment it started the process), peak RSS, and
+what the process counted of its own reads. The store comes from the ``AWS_*`` variables.
+
+tf.data is written as TensorFlow's data performance guide writes an input pipeline: the
+TFRecord shards downloaded to local disk in parallel first (boto3, 16 at once), then
+files shuffled, ``interleave`` of ``TFRecordDataset``, a shuffle buffer, ``map`` of
+parse + ``sample_distorted_bounding_box`` + ``decode_and_crop_jpeg`` (or decode + resize),
+``tf.image.resize`` to 224x224, random flip, with ``num_parallel_calls=AUTOTUNE``, batches
+of 256, ``prefetch(AUTOTUNE)``. Images are cast to uint8, as stoker delivers them.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+BATCH = 256
+SIZE = 224
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def run_stoker(url: str, transform_kind: str, images: int) -> dict[str, Any]:
+    """stoker's Loader on its defaults (autotune on), cold."""
+    from stoker.pipeline.loader import Loader
+    from stoker.pipeline.transforms import RandomResizedCrop, Resize
+
+    transform = (
+        RandomResizedCrop(SIZE, flip=True)
+        if transform_kind == "crop"
+        else Resize((SIZE, SIZE), flip=True)
+    )
+    with Loader(url, batch_size=BATCH, transform=transform) as loader:
+        started = time.perf_counter()
+        first_at, seen = 0.0, 0
+        for batch in loader:
+            if not seen:
+                first_at = time.time()
+            seen += len(batch["label"])
+            if images and seen >= images:
+                break
+        seconds = time.perf_counter() - started
+        stats = loader.stats()
+    return {
+        "images": seen,
+        "seconds": seconds,
+        "images_per_s": seen / seconds,
+        "first_batch_at": first_at,
+        "peak_rss_mb": _peak_rss_mb(),
+        "own_bytes_read": stats.requests.get("bytes.read", 0),
+        "own_gets": stats.requests.get("requests.get", 0),
+        "threads": stats.threads,
+        "prefetch": stats.prefetch,
+        "autotune": stats.autotune,
+    }
+
+
+def _s3() -> Any:
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client(
+        "s3", config=Config(s3={"addressing_style": "path"}, max_pool_connections=32)
+    )
+
+
+def download_parallel(bucket: str, prefix: str, local: Path) -> list[Path]:
+    """Every object under ``prefix`` to ``local``, 16 at once (boto3's own ranged parts)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    client = _s3()
+    keys = [
+        o["Key"]
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+        for o in page.get("Contents", [])
+    ]
+    local.mkdir(parents=True, exist_ok=True)
+    paths = [local / key.rpartition("/")[2] for key in keys]
+    with ThreadPoolExecutor(16) as pool:
+        jobs = zip(keys, paths, strict=True)
+        list(pool.map(lambda job: client.download_file(bucket, job[0], str(job[1])), jobs))
+    return paths
+
+
+def run_tfdata(
+    bucket: str, prefix: str, local: Path, transform_kind: str, images: int
+) -> dict[str, Any]:
+    """Download the TFRecord shards, then the guide's tf.data pipeline over them."""
+    import tensorflow as tf
+
+    started_download = time.perf_counter()
+    files = download_parallel(bucket, prefix, local)
+    download_s = time.perf_counter() - started_download
+    autotune = tf.data.AUTOTUNE
+    features = {
+        "image": tf.io.FixedLenFeature([], tf.string),
+        "label": tf.io.FixedLenFeature([], tf.int64),
+    }
+    whole = tf.constant([0.0, 0.0, 1.0, 1.0], dtype=tf.float32, shape=[1, 1, 4])
+
+    def crop(encoded: Any) -> Any:
+        begin, size, _ = tf.image.sample_distorted_bounding_box(
+            tf.io.extract_jpeg_shape(encoded),
+            bounding_boxes=whole,
+            area_range=(0.08, 1.0),
+            aspect_ratio_range=(3 / 4, 4 / 3),
+            max_attempts=10,
+            use_image_if_no_bounding_boxes=True,
+        )
+        y, x, _ = tf.unstack(begin)
+        h, w, _ = tf.unstack(size)
+        return tf.image.decode_and_crop_jpeg(encoded, tf.stack([y, x, h, w]), channels=3)
+
+    def parse(record: Any) -> Any:
+        example = tf.io.parse_single_example(record, features)
+        if transform_kind == "crop":
+            image = crop(example["image"])
+        else:
+            image = tf.io.decode_jpeg(example["image"], channels=3)
+        image = tf.image.resize(image, [SIZE, SIZE])
+        image = tf.image.random_flip_left_right(image)
+        return tf.cast(tf.clip_by_value(image, 0.0, 255.0), tf.uint8), example["label"]
+
+    dataset = (
+        tf.data.Dataset.from_tensor_slices([str(f) for f in files])
+        .shuffle(len(files))
+        .interleave(
+            tf.data.TFRecordDataset,
+            num_parallel_calls=autotune,
+            deterministic=False,
+        )
+        .shuffle(1024)
+        .map(parse, num_parallel_calls=autotune, deterministic=False)
+        .batch(BATCH)
+        .prefetch(autotune)
+    )
+    started = time.perf_counter()
+    first_at, seen = 0.0, 0
+    for batch, _labels in dataset:
+        if not seen:
+            first_at = time.time()
+        seen += int(batch.shape[0])
+        if images and seen >= images:
+            break
+    seconds = time.perf_counter() - started
+    return {
+        "images": seen,
+        "seconds": seconds,
+        "images_per_s": seen / seconds,
+        "first_batch_at": first_at,
+        "download_s": download_s,
+        "peak_rss_mb": _peak_rss_mb(),
+    }
+
+
+def write_tfrecords(source: Path, dest: Path, shard_bytes: int) -> None:
+    """The JPEGs of class folders under ``source`` as TFRecord shards of about
+    ``shard_bytes`` (``tf.train.Example`` with ``image`` and ``label``), in ``dest``."""
+    import tensorflow as tf
+
+    dest.mkdir(parents=True, exist_ok=True)
+    classes = sorted(p.name for p in source.iterdir() if p.is_dir())
+    shard, written, writer = 0, 0, None
+    for label, name in enumerate(classes):
+        for path in sorted((source / name).glob("*.jpg")):
+            if writer is None or written >= shard_bytes:
+                if writer is not None:
+                    writer.close()
+                writer = tf.io.TFRecordWriter(str(dest / f"shard-{shard:06d}.tfrecord"))
+                shard, written = shard + 1, 0
+            data = path.read_bytes()
+            example = tf.train.Example(
+                features=tf.train.Features(
+                    feature={
+                        "image": tf.train.Feature(bytes_list=tf.train.BytesList(value=[data])),
+                        "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[label])),
+                    }
+                )
+            )
+            writer.write(example.SerializeToString())
+            written += len(data)
+    if writer is not None:
+        writer.close()
+
+
+def main(argv: list[str]) -> int:
+    command, args = argv[0], argv[1:]
+    if command == "stoker":
+        result = run_stoker(args[0], args[1], int(args[2]))
+    elif command == "tfdata":
+        result = run_tfdata(args[0], args[1], Path(args[2]), args[3], int(args[4]))
+    elif command == "write-tfrecords":
+        write_tfrecords(Path(args[0]), Path(args[1]), int(args[2]))
+        return 0
+    else:
+        raise SystemExit(f"unknown command {command!r}")
+    print(json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,189 @@
+"""The table of ``loader.py`` and issue 16's acceptance checks, computed from its results."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+NAMES = {
+    "limit_full": "in RAM, no I/O: simplejpeg full decode + OpenCV resize",
+    "limit_planned": "in RAM, no I/O: stoker's decode (DCT scaling)",
+    "stoker": "stoker, defaults",
+    "tfdata": "tf.data: TFRecords downloaded in parallel, guide's pipeline",
+    "per_object": "DataLoader, per-object GETs",
+    "download_folder": "download, then folder DataLoader",
+    "webdataset": "WebDataset, same shards",
+}
+TRANSFORM_NAMES = {"crop": "RandomResizedCrop(224) + flip", "resize": "Resize(224x224) + flip"}
+# Issue 16's acceptance bounds.
+VS_TFDATA = 1.2
+VS_FULL_DECODE = {"a": 1.0, "b": 0.65}
+MAX_BYTES_RATIO = 1.02
+MAX_FIRST_BATCH_S = 1.0
+MAX_RSS_BYTES = 1e9
+
+
+def _row(name: str, r: dict[str, Any], method: str) -> str:
+    row = r[method]
+    rate = row["images_per_s"]
+    full = r.get("limit_full", {}).get("images_per_s")
+    stoker = r.get("stoker", {}).get("images_per_s")
+    first = row.get("first_batch_s")
+    cells = [
+        f"{name} ({r['mean_kb']:.0f} kB)",
+        NAMES[method],
+        str(row["images"]),
+        f"{rate:,.0f}",
+        f"{rate / full:.2f}x" if full else "",
+        f"{stoker / rate:.2f}x" if stoker else "",
+        "" if first is None else f"{first:.2f}",
+    ]
+    if "bytes_per_epoch" in row:
+        approx = "~" if row["epoch_scale"] != 1.0 else ""
+        cells += [
+            f"{approx}{row['bytes_per_epoch'] / 1e6:,.1f}",
+            f"{approx}{row['bytes_per_epoch'] / row['data_bytes']:.3f}x",
+            f"{approx}{row['requests_per_epoch']:,.0f}",
+        ]
+    else:
+        cells += ["", "", ""]
+    cells.append(f"{row['peak_rss_mb']:,.0f}" if "peak_rss_mb" in row else "")
+    return "| " + " | ".join(cells) + " |"
+
+
+def _check(
+    label: str, measured: float | None, bound: float, upper: bool, shown: str
+) -> dict[str, Any]:
+    if measured is None:
+        return {"check": label, "measured": None, "bound": bound, "result": "not run"}
+    ok = measured <= bound if upper else measured >= bound
+    return {
+        "check": label,
+        "measured": measured,
+        "bound": bound,
+        "shown": shown,
+        "result": "PASS" if ok else "FAIL",
+    }
+
+
+def acceptance(results: dict[str, Any], sets: list[str]) -> list[dict[str, Any]]:
+    """Issue 16's acceptance bounds, each with its measured value and PASS/FAIL."""
+    checks = []
+    for name in sets:
+        r = results[name]
+        stoker = r.get("stoker")
+        rate = stoker["images_per_s"] if stoker else None
+        tf = r.get("tfdata", {}).get("images_per_s")
+        full = r.get("limit_full", {}).get("images_per_s")
+        ratio = rate / tf if rate and tf else None
+        checks.append(
+            _check(
+                f"set {name}: stoker / tf.data images/s >= {VS_TFDATA:g}x",
+                ratio,
+                VS_TFDATA,
+                False,
+                f"{ratio:.2f}x" if ratio else "",
+            )
+        )
+        bound = VS_FULL_DECODE.get(name[0], 1.0)
+        ratio = rate / full if rate and full else None
+        checks.append(
+            _check(
+                f"set {name}: stoker / in-RAM full decode images/s >= {bound:g}x",
+                ratio,
+                bound,
+                False,
+                f"{ratio:.2f}x" if ratio else "",
+            )
+        )
+        if stoker is None:
+            continue
+        read = stoker["bytes_per_epoch"] / stoker["data_bytes"]
+        approx = " (scaled from part of an epoch)" if stoker["epoch_scale"] != 1.0 else ""
+        checks.append(
+            _check(
+                f"set {name}: stoker's bytes read per epoch / shard bytes <= {MAX_BYTES_RATIO}x",
+                read,
+                MAX_BYTES_RATIO,
+                True,
+                f"{read:.3f}x{approx}",
+            )
+        )
+        first = stoker["first_batch_s"]
+        checks.append(
+            _check(
+                f"set {name}: stoker's first batch after process start <= {MAX_FIRST_BATCH_S:g} s",
+                first,
+                MAX_FIRST_BATCH_S,
+                True,
+                f"{first:.2f} s",
+            )
+        )
+        rss = stoker["peak_rss_mb"] * 2**20
+        checks.append(
+            _check(
+                f"set {name}: stoker's peak RSS <= 1 GB (10^9 bytes)",
+                rss,
+                MAX_RSS_BYTES,
+                True,
+                f"{rss / 1e9:.2f} GB",
+            )
+        )
+    return checks
+
+
+def report(results: dict[str, Any], args: argparse.Namespace) -> tuple[str, list[dict[str, Any]]]:
+    """The Markdown table and the acceptance summary; and the checks, for the JSON."""
+    sets = args.sets.split(",")
+    lines = [
+        f"# Loader benchmark: batches of 256 uint8 224x224, {args.rtt_ms:g} ms RTT, 1 Gbit/s, "
+        f"{os.cpu_count()} CPUs, median of {args.repeats} interleaved runs",
+        "",
+        "Read per epoch: the proxy's bytes and requests (~: scaled up from part of an epoch), "
+        "against the bytes of the objects the method reads (shards, TFRecords or originals). "
+        "First batch: after process start for stoker and tf.data (tf.data's includes its "
+        "download), after iter() for the DataLoaders.",
+        "",
+        "| set | method | images | images/s | vs full decode in RAM | stoker is | first batch s "
+        "| MB read per epoch | x its data | requests per epoch | peak RSS MB |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for name in sets:
+        r = results[name]
+        for method in NAMES:
+            if method in r:
+                lines.append(_row(name, r, method))
+    lines += ["", "| set | transform | extra | value |", "| --- | --- | --- | ---: |"]
+    for name in sets:
+        r = results[name]
+        transform = TRANSFORM_NAMES[r["transform"]]
+        for method in ("stoker", "tfdata"):
+            if method in r:
+                row = r[method]
+                lines.append(
+                    f"| {name} | {transform} | cores taken by server + proxy during "
+                    f"{NAMES[method].split(':')[0]} | "
+                    f"{row['server_cores']:.2f} + {row['proxy_cores']:.2f} |"
+                )
+        if "stoker" in r:
+            s = r["stoker"]
+            lines.append(
+                f"| {name} | {transform} | stoker's own count: MB read, GETs (its run) | "
+                f"{s['own_bytes_read'] / 1e6:,.1f}, {s['own_gets']:,} |"
+            )
+            lines.append(
+                f"| {name} | {transform} | stoker's autotune ended on | "
+                f"{s['threads']} threads, prefetch {s['prefetch']} ({s['autotune']}) |"
+            )
+        for method, label in (("tfdata", "tf.data's download"), ("download_folder", "download")):
+            if method in r:
+                lines.append(
+                    f"| {name} | {transform} | {label} of all | {r[method]['download_s']:.1f} s |"
+                )
+    checks = acceptance(results, sets)
+    lines += ["", "## Issue 16 acceptance", "", "| check | measured | result |"]
+    lines.append("| --- | ---: | :---: |")
+    for c in checks:
+        lines.append(f"| {c['check']} | {c.get('shown', '')} | {c['result']} |")
+    return "\n".join(lines), checks
