@@ -114,12 +114,14 @@ class ListFileReader:
         labels = self._labels(rows)
         refs: list[SampleRef] = []
         for i, (row, label) in enumerate(zip(rows, labels, strict=True)):
+            where = f"{self._location}: row {i + 1} (line {row.line})"
+            if "\0" in row.path:
+                raise SourceError(f"{where}: {row.path!r} holds a NUL character")
             location = self._resolve(row)
             if not self._allow_outside and not self._inside(location):
                 raise SourceError(
-                    f"{self._location}: row {i + 1} (line {row.line}): {row.path!r} lies "
-                    f"outside the list's folder {self._folder()}; refused unless "
-                    "--allow-outside-list (allow_outside=True)"
+                    f"{where}: {row.path!r} lies outside the list's folder {self._folder()}; "
+                    "refused unless --allow-outside-list (allow_outside=True)"
                 )
             size = 0
             if not is_remote(location):
