@@ -72,7 +72,11 @@ else:
     with Loader(url, batch_size=256, transform=transform, **options) as loader:
         cpu0, wall0 = cpu(), time.perf_counter()
         images = sum(len(batch["label"]) for batch in loader)
-print(json.dumps({"images": images, "cpu_s": cpu() - cpu0, "wall_s": time.perf_counter() - wall0}))
+        # What the epoch read from the store (an older checkout may not count it).
+        counts = getattr(loader.stats(), "requests", {}) if hasattr(loader, "stats") else {}
+        read = {"bytes_read": counts.get("bytes.read"), "gets": counts.get("requests.get")}
+result = {"images": images, "cpu_s": cpu() - cpu0, "wall_s": time.perf_counter() - wall0}
+print(json.dumps({**result, **(read if method != "bare" else {})}))
 """
 
 METHODS = {
@@ -159,8 +163,14 @@ def main() -> int:
     )
     if args.against is not None:
         title += f"; 'against' is {args.against}, alternating with this checkout (ABBA)"
-    lines = [title, "", "| method | tree | ms CPU per image | overhead | images/s |"]
-    lines.append("| --- | --- | ---: | ---: | ---: |")
+    shard_bytes = sum(p.stat().st_size for p in url.glob("shard-*"))
+    lines = [
+        title,
+        "",
+        "| method | tree | ms CPU per image | overhead | images/s | MB read per epoch "
+        "| x shard bytes | GETs per epoch |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
     summary: dict[str, Any] = {"images": args.images, "rounds": args.rounds, "runs": runs}
     for method, label in METHODS.items():
         for tree in trees:
@@ -170,7 +180,17 @@ def main() -> int:
             overhead = per_image / median(f"bare@{tree}", "cpu_s") - 1
             summary[run] = {"ms_cpu_per_image": 1000 * per_image, "overhead": overhead}
             shown = "" if method == "bare" else f"{100 * overhead:.0f} %"
-            lines.append(f"| {label} | {tree} | {1000 * per_image:.3f} | {shown} | {rate:.0f} |")
+            read = [r.get("bytes_read") for r in runs[run]]
+            gets = [r.get("gets") for r in runs[run]]
+            counted = "| | |"
+            if None not in read and None not in gets:  # a whole epoch each: per epoch
+                mb = statistics.median(read) / 1e6
+                counted = (
+                    f"{mb:,.1f} | {1e6 * mb / shard_bytes:.3f}x | {statistics.median(gets):,.0f} |"
+                )
+            lines.append(
+                f"| {label} | {tree} | {1000 * per_image:.3f} | {shown} | {rate:.0f} | {counted}"
+            )
     if args.against is not None:
         lines += ["", "| method | CPU per image, this / against | images/s, this / against |"]
         lines.append("| --- | ---: | ---: |")
