@@ -130,3 +130,39 @@ def test_bench_counts_samples_delivered_and_one_get_count(dataset: str) -> None:
     assert not partial["whole_epoch"]
     assert partial["epoch_samples"] == 48
     assert partial["requests_per_epoch"] == round(partial["requests_per_sample"] * 48)
+
+
+def test_bench_compare_through_a_delaying_proxy(s3_bucket: Any, tmp_path: Path) -> None:
+    files, rtt_s = 12, 0.05
+    write_image_folder(tmp_path / "src", files=files, classes=2, width=64, height=48)
+    upload(tmp_path / "src", s3_bucket.store("photos"))
+    options = s3_bucket.options()
+    env = {
+        "AWS_ENDPOINT_URL": options["endpoint_url"],
+        "AWS_ACCESS_KEY_ID": options["access_key_id"],
+        "AWS_SECRET_ACCESS_KEY": options["secret_access_key"],
+        "AWS_REGION": "us-east-1",
+    }
+    args = ["bench", "--compare", f"{s3_bucket.url}/photos", "--batch-size", "4", "--size", "16"]
+    args += ["--threads", "1", "--out", str(tmp_path / "c.png"), "--rtt-ms", str(rtt_s * 1000)]
+    result = CliRunner(env=env).invoke(cli, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["rtt_ms"] == rtt_s * 1000
+    rows = {row["method"][:3]: row for row in report["rows"]}
+    # One by one, every file costs at least the added round trip: the proxy was in the way.
+    assert rows["(a)"]["setup_s"] >= files * rtt_s
+    text = CliRunner(env=env).invoke(cli, args)
+    assert text.exit_code == 0, text.output
+    assert "adding 50 ms per round trip" in text.output
+
+
+def test_rtt_ms_needs_compare_and_a_local_endpoint(tmp_path: Path) -> None:
+    alone = CliRunner().invoke(cli, ["bench", str(tmp_path), "--rtt-ms", "20"])
+    assert alone.exit_code == 2
+    assert "--rtt-ms goes with --compare" in alone.output
+    remote = CliRunner(env={"AWS_ENDPOINT_URL": "", "AWS_ENDPOINT_URL_S3": ""}).invoke(
+        cli, ["bench", "--compare", "s3://bucket/images", "--rtt-ms", "20"]
+    )
+    assert remote.exit_code == 2
+    assert "--endpoint-url http://127.0.0.1:PORT" in remote.output

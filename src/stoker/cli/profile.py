@@ -9,11 +9,11 @@ import click
 
 from stoker.cli.common import handle_errors, with_options
 from stoker.cli.common import storage_options as _storage
+from stoker.cli.compare import run_compare
 from stoker.core.units import format_bytes
 
 if TYPE_CHECKING:
     from stoker.pipeline.loader import Loader
-    from stoker.profile.compare import CompareConfig
 
 
 def _transform(kind: str, size: int) -> Any:
@@ -168,6 +168,13 @@ def show_command(
     show_default=True,
     help="With --compare: the bar chart to write.",
 )
+@click.option(
+    "--rtt-ms",
+    type=click.FloatRange(0, 10_000),
+    help="With --compare: put a proxy in front of the store that adds this round trip to "
+    "every request (and 1 Gbit/s), so a server on this machine shows what a remote bucket "
+    "costs. Needs --endpoint-url of a server on a loopback address.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context
 @handle_errors
@@ -188,6 +195,7 @@ def bench_command(
     pack_to: str | None,
     keep_packed: bool,
     out: str,
+    rtt_ms: float | None,
     as_json: bool,
 ) -> None:
     """Run the loader over URL (one epoch, or --batches) and report its speed.
@@ -200,7 +208,11 @@ def bench_command(
     train on it are timed to the first batch and to the end of one epoch, with the same
     decoding: (a) download one by one, then train; (b) download in parallel, then train;
     (c) stream the small files, one GET each; (d) pack, then stream the shards. Prints a
-    table and writes a bar chart (--out).
+    table and writes a bar chart (--out). With --rtt-ms, every request goes through a
+    delaying proxy, as in `stoker demo`: a local server then shows what a bucket in
+    another region or cloud costs, e.g.
+
+        stoker --endpoint-url http://127.0.0.1:8333 bench --compare --rtt-ms 20 s3://b/images
     """
     if compare:
         fixed = (batches, cache_dir, prefetch, block_size)
@@ -213,10 +225,19 @@ def bench_command(
         config = CompareConfig(
             limit=limit, batch_size=batch_size, size=size, threads=threads, seed=seed
         )
-        _compare(
-            ctx, url, config, pack_to=pack_to, keep_packed=keep_packed, out=out, as_json=as_json
+        run_compare(
+            ctx,
+            url,
+            config,
+            pack_to=pack_to,
+            keep_packed=keep_packed,
+            out=out,
+            as_json=as_json,
+            rtt_ms=rtt_ms,
         )
         return
+    if rtt_ms is not None:
+        raise click.UsageError("--rtt-ms goes with --compare")
     from stoker.pipeline.quality import shuffle_quality
     from stoker.profile.bench import bench_loader
 
@@ -262,36 +283,6 @@ def bench_command(
         f"Shuffle: neighbours {quality.mean_neighbour_distance:.3f} of the dataset apart "
         f"(random: ~0.333), {quality.mean_shards_per_batch:.1f} shards per batch; {epoch}."
     )
-
-
-def _compare(
-    ctx: click.Context,
-    url: str,
-    config: CompareConfig,
-    *,
-    pack_to: str | None,
-    keep_packed: bool,
-    out: str,
-    as_json: bool,
-) -> None:
-    from stoker.profile.compare import compare_methods, default_pack_to, format_comparison
-    from stoker.profile.plots import render_comparison, save_png
-
-    result = compare_methods(
-        url,
-        pack_to=pack_to or default_pack_to(url),
-        storage_options=_storage(ctx),
-        config=config,
-        keep_packed=keep_packed,
-        log=None if as_json else (lambda line: click.echo(line, err=True)),
-    )
-    path = save_png(render_comparison(result), out)
-    if as_json:
-        click.echo(json.dumps({**result.to_dict(), "png": str(path)}, indent=2))
-        return
-    click.echo(format_comparison(result))
-    kept = f" The packed copy is at {result.packed}." if result.packed else ""
-    click.echo(f"Wrote {path}.{kept}")
 
 
 @click.command("doctor")

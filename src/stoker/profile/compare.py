@@ -369,7 +369,14 @@ def _pack_and_stream(
             label = class_names[ref.label] if 0 <= ref.label < len(class_names) else None
             out.write(json.dumps({"path": ref.location, "label": label}) + "\n")
     started = time.perf_counter()
-    pack(listing, pack_to, source_format="list", storage_options=storage_options)
+    # The list is ours, naming the objects of the compared folder: outside its own folder.
+    pack(
+        listing,
+        pack_to,
+        source_format="list",
+        storage_options=storage_options,
+        allow_outside_list=True,
+    )
     pack_s = time.perf_counter() - started
     say(f"(d) packed into {pack_to} in {pack_s:.1f} s")
     started = time.perf_counter()  # opening the dataset (two GETs) counts
