@@ -169,6 +169,12 @@ def run_loader(server: SeaweedServer, proxy: NetProxy) -> dict[str, Any]:
         **_faults(proxy, before),
         "retries": stats.requests.get("retries", 0),
         "get_requests": stats.requests.get("requests.get", 0),
+        "bytes_read": stats.requests.get("bytes.read", 0),
+        "shard_bytes": sum(
+            meta.size
+            for meta in open_store(url, storage_options=server.storage_options()).list("")
+            if meta.key.rpartition("/")[2].startswith("shard-")
+        ),
         "samples": total,
         "epochs": epochs,
         "seconds": round(time.perf_counter() - started, 2),
@@ -347,6 +353,15 @@ def _table(results: dict[str, Any]) -> str:
         f"{lo['retries']} | {sum(e['lost'] for e in lo['epochs'])} | "
         + ", ".join(f"epoch {n}: {e['delivered']} delivered" for n, e in enumerate(lo["epochs"]))
         + f", {sum(e['duplicated'] for e in lo['epochs'])} duplicates |",
+    ]
+    per_epoch = lo["bytes_read"] / len(lo["epochs"])
+    rows += [
+        "",
+        "| loader (its own count, retries included) | MB read per epoch | x shard bytes "
+        "| GETs per epoch |",
+        "|---|---:|---:|---:|",
+        f"| {lo['samples']} samples, blocks of 4 | {per_epoch / 1e6:,.1f} | "
+        f"{per_epoch / lo['shard_bytes']:.3f}x | {lo['get_requests'] / len(lo['epochs']):,.0f} |",
     ]
     kinds = ["", "| faults by kind | " + " | ".join(FAULT_KINDS) + " |"]
     kinds.append("|---|" + "---:|" * len(FAULT_KINDS))
