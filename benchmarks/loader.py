@@ -25,7 +25,7 @@ TFRecords or originals). First batch: after the process started for the methods 
 their own process (imports and, for tf.data, the download included); after ``iter()``
 for the DataLoaders. The end of the output checks issue 16's acceptance bounds.
 
-    pip install -e '.[bench,torch,test]' scikit-image && apt-get install mate-backgrounds
+    pip install -e '.[bench,test]' && apt-get install mate-backgrounds
     python benchmarks/loader.py                    # both sets, every method, ~25 minutes
     python benchmarks/loader.py --methods acceptance   # in-RAM rows, stoker and tf.data
     python benchmarks/loader.py --quick            # 1,500 photos a set, one round: a smoke run
