@@ -120,10 +120,12 @@ def batches_per_epoch(order: EpochOrder, *, world: World, batch_size: int, drop_
 
 
 def warn_if_small(units: int, *, world: World, batch_size: int, url: str) -> None:
-    """Warn when an epoch cannot give every rank and loader worker one full batch: ranks
-    then run an epoch of almost nothing but a partial batch, and workers sit idle."""
-    wanted = world.world_size * world.num_workers * batch_size
-    if units < wanted and world.worker == 0:
+    """Warn when an epoch split over ranks and loader workers cannot give each one full
+    batch: ranks then run an epoch of almost nothing but a partial batch, and workers sit
+    idle. (One rank with one worker just delivers its dataset's partial batch.)"""
+    parts = world.world_size * world.num_workers
+    wanted = parts * batch_size
+    if parts > 1 and units < wanted and world.worker == 0:
         logger.warning(
             "%s has %d samples, fewer than world_size x num_workers x batch_size = "
             "%d x %d x %d = %d: some ranks or workers get no full batch in an epoch; use "
