@@ -82,6 +82,8 @@ class ShardDataset:
         self._index = index
         self._sizes_checked: set[int] = set()  # shard numbers whose size matched the index
         self._bad_sizes: dict[int, str] = {}  # shard number -> what is wrong with it
+        # One HEAD per shard however many reads of it start before the first one answers.
+        self._size_heads: dict[int, asyncio.Future[int]] = {}
 
     @property
     def url(self) -> str:
@@ -149,8 +151,20 @@ class ShardDataset:
         if number in self._bad_sizes:
             raise self._size_error(number)
         if number not in self._sizes_checked:
-            meta = await self._store.head_async(self._index.shards[number].name)
-            self._record_size(number, meta.size)
+            head = self._size_heads.get(number)
+            if head is None:
+                name = self._index.shards[number].name
+                head = asyncio.ensure_future(self._shard_size(name))
+                self._size_heads[number] = head
+            try:
+                size = await asyncio.shield(head)
+            finally:
+                if head.done():
+                    self._size_heads.pop(number, None)
+            self._record_size(number, size)
+
+    async def _shard_size(self, name: str) -> int:
+        return (await self._store.head_async(name)).size
 
     def _decode(self, i: int, span: memoryview | bytes) -> dict[str, Any]:
         key = self._index.keys[i]
