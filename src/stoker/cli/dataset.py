@@ -22,7 +22,7 @@ from stoker.pack.reencode import ImagePolicy
 from stoker.pack.sources import FORMATS
 from stoker.pipeline.order import assign
 from stoker.pipeline.plan import resolve_order
-from stoker.pipeline.quality import LabelMix, label_mix
+from stoker.pipeline.quality import LabelMix, ReadCost, label_mix, read_cost
 from stoker.pipeline.sources import DatasetSource
 
 
@@ -260,7 +260,7 @@ def inspect_command(ctx: click.Context, url: str, as_json: bool) -> None:
     names = dataset.class_names
     classes = {(names[k] if 0 <= k < len(names) else str(k)): v for k, v in sorted(counts.items())}
     total_bytes = sum(s.size for s in dataset.shards)
-    mix = _default_label_mix(dataset)
+    mix, cost = _default_order_quality(dataset)
     summary = {
         "url": dataset.url,
         "samples": len(dataset),
@@ -271,6 +271,7 @@ def inspect_command(ctx: click.Context, url: str, as_json: bool) -> None:
         "skipped": len(index.skipped),
         "packed_with": index.packed_with,
         "label_mix": mix.to_dict(),
+        "read_cost": cost.to_dict(),
         "shard_table": [
             {"name": s.name, "samples": s.samples, "bytes": s.size, "sha256": s.sha256}
             for s in dataset.shards
@@ -297,6 +298,12 @@ def inspect_command(ctx: click.Context, url: str, as_json: bool) -> None:
             f"label histogram {mix.mean_tv_distance:.2f} from the dataset's "
             f"(a uniform shuffle: {mix.uniform_tv_distance:.2f}, total variation)"
         )
+    console.print(
+        f"Read cost of the default order, one rank: {cost.requests:,} ranged reads an epoch, "
+        f"median {format_bytes(int(cost.median_read_bytes))}; mixed through "
+        f"{cost.window_groups} read group(s) at once (about "
+        f"{format_bytes(int(cost.window_bytes))} held)"
+    )
     shards = Table("shard", "samples", "bytes", "sha256")
     for entry in dataset.shards[:50]:
         shards.add_row(
@@ -311,8 +318,9 @@ def inspect_command(ctx: click.Context, url: str, as_json: bool) -> None:
 LABEL_MIX_BATCH = 256
 
 
-def _default_label_mix(dataset: ShardDataset) -> LabelMix:
-    """How well the batches of the Loader's default order (epoch 0, one rank) mix labels."""
+def _default_order_quality(dataset: ShardDataset) -> tuple[LabelMix, ReadCost]:
+    """How well the batches of the Loader's default order (epoch 0, one rank) mix labels,
+    and what that order costs to read."""
     source = DatasetSource(dataset)
     config = resolve_order(
         None,
@@ -321,8 +329,11 @@ def _default_label_mix(dataset: ShardDataset) -> LabelMix:
         unit_bytes=source.unit_bytes(),
         shuffled=source.shuffled(),
     )
-    stream = assign(source.epoch_order(config, 0), rank=0, world_size=1).samples
-    return label_mix(dataset.index.label, [stream], batch_size=LABEL_MIX_BATCH)
+    order = source.epoch_order(config, 0)
+    stream = assign(order, rank=0, world_size=1).samples
+    mix = label_mix(dataset.index.label, [stream], batch_size=LABEL_MIX_BATCH)
+    index = dataset.index
+    return mix, read_cost(index.length, source.shard_sizes, order=order, config=config)
 
 
 @click.command("verify")

@@ -160,3 +160,56 @@ def label_mix(
         mean_tv_distance=mean_tv,
         uniform_tv_distance=measure(uniform)[1],
     )
+
+
+@dataclass(frozen=True, slots=True)
+class ReadCost:
+    """What one rank's epoch of an order costs to read (a single rank, one loader worker).
+
+    Attributes:
+        requests: Ranged GETs of the epoch: one per run of consecutive samples that a read
+            group takes from one shard (a block, or a part of one at a rank's ends).
+        median_read_bytes: Median bytes of those reads.
+        epoch_bytes: Bytes the epoch reads (each sample once: the shards' bytes).
+        window_groups: Read groups mixed together (``OrderConfig.window``).
+        window_bytes: About what the window holds in memory (its groups' bytes).
+    """
+
+    requests: int
+    median_read_bytes: float
+    epoch_bytes: int
+    window_groups: int
+    window_bytes: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return {k: round(v, 1) if isinstance(v, float) else v for k, v in asdict(self).items()}
+
+
+def read_cost(
+    lengths: np.ndarray, shard_sizes: Sequence[int], *, order: EpochOrder, config: OrderConfig
+) -> ReadCost:
+    """Count the ranged reads of ``order`` for one rank, as the Loader fetches them.
+
+    Args:
+        lengths: Bytes of each sample (the index's ``length``).
+        shard_sizes: Samples in each shard.
+        order: The epoch's order.
+        config: The resolved order settings (block and group sizes, window).
+    """
+    share = assign(order, rank=0, world_size=1)
+    shard_of = np.repeat(np.arange(len(shard_sizes)), np.asarray(shard_sizes, dtype=np.int64))
+    reads: list[int] = []
+    for group in np.unique(share.groups).tolist():
+        ids = np.sort(share.samples[share.groups == group])
+        # A new read wherever the next sample is not the next one of the same shard.
+        breaks = np.flatnonzero((np.diff(ids) != 1) | (np.diff(shard_of[ids]) != 0)) + 1
+        reads += [int(lengths[run].sum()) for run in np.split(ids, breaks)]
+    group_bytes = config.group_samples * (float(lengths.mean()) if len(lengths) else 0.0)
+    return ReadCost(
+        requests=len(reads),
+        median_read_bytes=float(np.median(reads)) if reads else 0.0,
+        epoch_bytes=int(lengths.sum()),
+        window_groups=config.windows,
+        window_bytes=config.windows * group_bytes,
+    )
