@@ -4,17 +4,21 @@ A folder of small JPEGs goes into a real S3 server (SeaweedFS on loopback) behin
 that adds a cloud-like round trip. Then the four ways to train on it are timed (download
 one by one, download in parallel, stream the small files, pack then stream: see
 :mod:`stoker.profile.compare`), the packed copy is checked byte for byte against the
-originals, the doctor says what limits streaming it, and a grid shows what the model sees.
-It writes ``compare.png``, ``doctor.png``, ``trace.json`` and ``grid.png``.
+originals, the doctor says what limits streaming it, and a grid shows what the model sees:
+nine samples of one training batch. The images are real photographs (random crops of the
+photographs in scikit-image, ``pip install 'stoker[bench]'``) where that is installed,
+else generated ones, with a note. It writes ``compare.png``, ``doctor.png``, ``trace.json``
+and ``grid.png``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +37,7 @@ from stoker.storage import open_store
 from stoker.storage.transfer import TransferConfig, upload
 from stoker.testing.images import write_image_folder
 from stoker.testing.netproxy import LinkConfig, NetProxy
+from stoker.testing.photos import write_photo_folder
 from stoker.testing.seaweed import SeaweedServer
 
 BUCKET = "stoker-demo"
@@ -60,6 +65,32 @@ def _check_packed(url: str, options: dict[str, Any], originals: list[Path]) -> i
     return len(wanted)
 
 
+@contextlib.contextmanager
+def _cloud_link(upstream_port: int, link: LinkConfig, port: int | None) -> Iterator[NetProxy]:
+    """The delaying proxy in front of the server, listening on ``port`` of 127.0.0.1."""
+    proxy = NetProxy("127.0.0.1", upstream_port, link=link, listen_port=port or 0)
+    try:
+        proxy.start()
+    except OSError as exc:
+        raise StokerError(
+            f"cannot listen on 127.0.0.1:{port}: {exc.strerror or exc}; give another --port"
+        ) from exc
+    try:
+        yield proxy
+    finally:
+        proxy.stop()
+
+
+def _write_images(root: Path, files: int) -> tuple[list[Path], str]:
+    """Photographs where scikit-image is installed, else generated images; and which."""
+    try:
+        return write_photo_folder(root, files=files, width=160, height=120, classes=10), (
+            "photographs"
+        )
+    except ImportError:
+        return write_image_folder(root, files=files), "generated"
+
+
 def run_demo(
     *,
     files: int,
@@ -67,6 +98,7 @@ def run_demo(
     workers: int,
     out_dir: str | Path,
     log: Callable[[str], None] | None = None,
+    port: int | None = None,
 ) -> dict[str, Any]:
     """Run the demo and return its measurements.
 
@@ -76,6 +108,9 @@ def run_demo(
         workers: Files in flight for the upload and the parallel download.
         out_dir: Where the pictures and the trace go (created if missing).
         log: Receives one line per step; None for silence.
+        port: Port of 127.0.0.1 for the emulated cloud link, the endpoint every request
+            goes to (default: a free one). SeaweedFS itself listens on free ports of
+            127.0.0.1 behind it.
 
     Raises:
         StokerError: A step failed, or the packed copy differs from the originals.
@@ -87,20 +122,31 @@ def run_demo(
     started = time.perf_counter()
     try:
         source = work / "images"
-        paths = write_image_folder(source, files=files)
+        paths, kind = _write_images(source, files)
         total = sum(p.stat().st_size for p in paths)
-        say(f"[1/6] generated {files} JPEGs ({format_bytes(total)}) in class folders")
+        if kind == "photographs":
+            say(
+                f"[1/6] made {files} JPEGs ({format_bytes(total)}) in class folders: random "
+                "crops of scikit-image's photographs"
+            )
+        else:
+            say(
+                f"[1/6] generated {files} synthetic JPEGs ({format_bytes(total)}) in class "
+                "folders (for real photographs: pip install 'stoker[bench]', which brings "
+                "scikit-image)"
+            )
 
         with SeaweedServer() as server:
             server.create_bucket(BUCKET)
             link = LinkConfig(rtt_s=rtt_s, bandwidth_bytes_s=125e6)
-            with NetProxy("127.0.0.1", server.port, link=link) as proxy:
+            with _cloud_link(server.port, link, port) as proxy:
                 say(
                     f"[2/6] SeaweedFS S3 server on {server.endpoint}, reached through an "
                     f"emulated cloud link on {proxy.endpoint} ({rtt_s * 1000:g} ms round trip, "
                     f"1 Gbit/s)"
                 )
                 options = server.storage_options(proxy.endpoint)
+                endpoint = proxy.endpoint
                 images_url = f"s3://{BUCKET}/images"
                 packed_url = f"s3://{BUCKET}/packed"
                 up = upload(
@@ -136,7 +182,9 @@ def run_demo(
                     transform=RandomResizedCrop(224, flip=True),
                     storage_options=options,
                 ) as loader:
-                    diagnosis = diagnose(loader, step_s=DOCTOR_STEP_S, seconds=DOCTOR_SECONDS)
+                    diagnosis = diagnose(
+                        loader, step_s=DOCTOR_STEP_S, seconds=DOCTOR_SECONDS, advice_for="cli"
+                    )
                 save_png(render_doctor(diagnosis), out / "doctor.png")
                 write_chrome_trace(
                     diagnosis.events, out / "trace.json", origin_s=diagnosis.origin_s
@@ -145,9 +193,10 @@ def run_demo(
                     f"[5/6] doctor, streaming the packed copy at a {DOCTOR_STEP_S * 1000:g} ms "
                     f"step: {diagnosis.verdict}"
                 )
+                # What the model sees: nine samples of one training batch, as mixed as it.
                 with Loader(
                     packed_url,
-                    batch_size=9,
+                    batch_size=DOCTOR_BATCH,
                     transform=RandomResizedCrop(160, flip=True),
                     storage_options=options,
                 ) as loader:
@@ -171,8 +220,10 @@ def run_demo(
         say(f"Open {out / 'trace.json'} in ui.perfetto.dev to see every stage on every thread.")
         return {
             "files": files,
+            "images": kind,
             "bytes": total,
             "rtt_ms": rtt_s * 1000,
+            "endpoint": endpoint,
             "workers": workers,
             "upload_files_per_s": round(up.files_per_s, 1),
             "sequential_files_per_s": round(files / max(rows["(a)"].setup_s, 1e-9), 1),

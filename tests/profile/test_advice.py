@@ -80,7 +80,7 @@ def test_settled_autotune_is_not_contradicted(small: str, monkeypatch: pytest.Mo
     assert not any("More decode threads" in line for line in settled), settled
     assert any("Autotune settled on 3 decode threads" in line for line in settled), settled
     assert not any("More decode threads" in line for line in tuning), tuning
-    assert any("still choosing" in line and "--seconds" in line for line in tuning), tuning
+    assert any("still choosing" in line and "doctor --seconds" in line for line in tuning), tuning
     # Threads the user fixed below the core count: more are worth trying.
     assert any(
         "More decode threads: Loader(decode=DecodeConfig(threads=8))" in line

@@ -125,7 +125,7 @@ def _decode_advice(d: Diagnosis, loader: Loader, advice_for: AdviceFor) -> list[
             "less work per image would."
         )
     elif tuner.tune_threads:
-        longer = _pick(advice_for, "diagnose(seconds=...)", "--seconds")
+        longer = _pick(advice_for, "diagnose(seconds=...)", "stoker doctor --seconds")
         advice.append(
             f"Autotune was still choosing the decode threads ({threads} when the "
             f"measurement ended, on {cores} cores): measure longer ({longer}) to see "
