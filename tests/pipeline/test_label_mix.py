@@ -16,7 +16,7 @@ from stoker.format.reader import open_dataset
 from stoker.pack.packer import PackConfig, pack
 from stoker.pipeline.loader import Loader
 from stoker.pipeline.plan import resolve_order
-from stoker.pipeline.quality import label_mix, uniform_distinct_labels
+from stoker.pipeline.quality import label_mix, read_cost, uniform_distinct_labels
 from stoker.testing.images import write_image_folder
 
 
@@ -127,3 +127,23 @@ def test_inspect_shows_a_class_sorted_pack_mixed_by_the_default_order(
     out = CliRunner().invoke(cli, ["inspect", str(tmp_path / "kept"), "--json"])
     assert out.exit_code == 0, out.output
     assert json.loads(out.output)["label_mix"]["distinct_ratio"] >= 0.9
+
+
+@pytest.mark.parametrize("kept", [False, True], ids=["shuffled", "class-sorted"])
+def test_read_cost_counts_the_reads_an_epoch_makes(
+    sorted_classes: Path, tmp_path: Path, kept: bool
+) -> None:
+    config = PackConfig(samples_per_shard=1000, shuffle_seed=None if kept else 0)
+    pack(sorted_classes, tmp_path / "ds", config=config)
+    with Loader(str(tmp_path / "ds"), batch_size=128) as loader:
+        before = loader.stats().requests["requests.get"]  # the index
+        delivered = sum(len(batch["label"]) for batch in loader)
+        reads = loader.stats().requests["requests.get"] - before
+        source, resolved = loader.source, loader.order_config
+    assert delivered == 3000
+    assert (resolved.windows > 1) == kept  # a window only for data not written shuffled
+    dataset = open_dataset(tmp_path / "ds")
+    order = source.epoch_order(resolved, 0)
+    cost = read_cost(dataset.index.length, source.shard_sizes, order=order, config=resolved)
+    assert cost.requests == reads
+    assert cost.epoch_bytes == int(dataset.index.length.sum())
