@@ -20,6 +20,11 @@ class ObjectNotFoundError(StorageError, FileNotFoundError):
     """The object, bucket or local file does not exist."""
 
 
+class BucketNotFoundError(ObjectNotFoundError):
+    """The bucket (or, for a local path, the folder) itself does not exist; the message
+    names it."""
+
+
 class CredentialsError(StorageError, PermissionError):
     """The store rejected the credentials (missing, wrong or without permission).
 

@@ -51,9 +51,11 @@ def test_upload_ls_download(s3_bucket, env: dict[str, str], tmp_path: Path) -> N
         "class_02/",
     ]
     recursive = runner.invoke(cli, ["ls", "-r", "--json", url])
-    rows = [json.loads(line) for line in recursive.output.splitlines()]
+    lines = [json.loads(line) for line in recursive.output.splitlines()]
+    rows, totals = lines[:-1], lines[-1]  # the last line carries the totals
     assert len(rows) == 30
     assert {"key", "size", "etag", "last_modified"} <= set(rows[0])
+    assert totals == {"total": {"objects": 30, "bytes": sum(row["size"] for row in rows)}}
 
     result = runner.invoke(cli, ["download", url, str(tmp_path / "dst"), "--include", "class_01/*"])
     assert result.exit_code == 0, result.output

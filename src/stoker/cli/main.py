@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import resource
 import signal
 import sys
 import threading
@@ -25,15 +27,19 @@ from stoker.cli.dataset import index_command, inspect_command, pack_command, ver
 from stoker.cli.profile import bench_command, doctor_command, show_command
 from stoker.cli.progress import BarProgress
 from stoker.core.units import format_bytes
-from stoker.errors import TransferError
+from stoker.errors import BucketNotFoundError, TransferError
+from stoker.format.remove import plan_removal, remove_dataset
 from stoker.storage import StorageOptions, open_store
 from stoker.storage.base import Store
 from stoker.storage.engine import IOEngine
 from stoker.storage.shaping import ShapingPolicy
 from stoker.storage.transfer import (
+    BASE_OPEN_FILES,
     DEFAULT_WORKERS,
+    FILES_PER_WORKER,
     TransferConfig,
     TransferReport,
+    bound_workers,
     download,
     upload,
 )
@@ -132,32 +138,44 @@ def ls_command(ctx: Context, url: str, recursive: bool, as_json: bool) -> None:
     """List objects and prefixes under URL.
 
     Without --recursive, shows one level: sub-prefixes (PRE) and the objects directly
-    under URL. With --recursive, shows every object and a total.
+    under URL. With --recursive, shows every object and a total. With --json, one JSON
+    object a line, the last one the totals: {"total": {"objects": N, "bytes": N}}
+    ("prefixes" too without --recursive). Exits 1 if nothing is under URL (a missing
+    prefix, folder or bucket).
     """
     store = _open(ctx, url)
+    count = total = prefixes = 0
     if recursive:
-        count = total = 0
         for meta in store.list(""):
             count += 1
             total += meta.size
+            _print_object(meta, as_json)
+    else:
+        listing = store.list_dir("")
+        prefixes = len(listing.prefixes)
+        for prefix in listing.prefixes:
             if as_json:
-                click.echo(json.dumps(_meta_dict(meta)))
+                click.echo(json.dumps({"prefix": prefix + "/"}))
             else:
-                click.echo(f"{_when(meta.last_modified)} {meta.size:>12} {meta.key}")
-        if not as_json:
-            click.echo(f"{count} objects, {format_bytes(total)}", err=True)
-        return
-    listing = store.list_dir("")
-    for prefix in listing.prefixes:
-        if as_json:
-            click.echo(json.dumps({"prefix": prefix + "/"}))
-        else:
-            click.echo(f"{'':19} {'PRE':>12} {prefix}/")
-    for meta in listing.objects:
-        if as_json:
-            click.echo(json.dumps(_meta_dict(meta)))
-        else:
-            click.echo(f"{_when(meta.last_modified)} {meta.size:>12} {meta.key}")
+                click.echo(f"{'':19} {'PRE':>12} {prefix}/")
+        for meta in listing.objects:
+            count += 1
+            total += meta.size
+            _print_object(meta, as_json)
+    if count == 0 and prefixes == 0:
+        fail(f"nothing under {url}: no such prefix, folder or bucket")
+    if as_json:
+        totals = {"objects": count, "bytes": total}
+        click.echo(json.dumps({"total": totals if recursive else {**totals, "prefixes": prefixes}}))
+    elif recursive:
+        click.echo(f"{count} objects, {format_bytes(total)}", err=True)
+
+
+def _print_object(meta: Any, as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(_meta_dict(meta)))
+    else:
+        click.echo(f"{_when(meta.last_modified)} {meta.size:>12} {meta.key}")
 
 
 def _when(moment: Any) -> str:
@@ -251,8 +269,8 @@ class _TransferRun:
 
 
 def _prepare(ctx: Context, url: str, direction: str, options: dict[str, Any]) -> _TransferRun:
-    workers: int = options["workers"]
-    store = _open(ctx, url, max_in_flight=max(128, workers * 2))
+    workers, max_in_flight = _fit_open_files(options["workers"])
+    store = _open(ctx, url, max_in_flight=max_in_flight)
     config = TransferConfig(
         workers=workers,
         include=options["include"],
@@ -262,6 +280,27 @@ def _prepare(ctx: Context, url: str, direction: str, options: dict[str, Any]) ->
     )
     show = not options["no_progress"] and not options["as_json"] and sys.stderr.isatty()
     return _TransferRun(store, config, BarProgress(direction, enabled=show), options["as_json"])
+
+
+def _fit_open_files(asked: int) -> tuple[int, int]:
+    # Each worker holds a file and connections: raise the soft open-file limit as far as the
+    # hard one allows, then use fewer workers if it is still too low (saying so).
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = BASE_OPEN_FILES + FILES_PER_WORKER * asked + 128
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        raised = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    limit = wanted if soft == resource.RLIM_INFINITY else soft
+    workers, max_in_flight = bound_workers(asked, limit)
+    if workers < asked:
+        click.echo(
+            f"stoker: warning: --workers {asked} needs more open files than the limit of "
+            f"{limit} (ulimit -n) allows; using {workers} workers",
+            err=True,
+        )
+    return workers, max_in_flight
 
 
 @cli.command("download")
@@ -305,6 +344,40 @@ def upload_command(ctx: Context, /, src_dir: str, dst_url: str, **options: Any) 
         run.bar,
         run.as_json,
     )
+
+
+@cli.command("rm")
+@click.argument("url")
+@click.option("-y", "--yes", is_flag=True, help="Remove without asking.")
+@click.pass_obj
+@handle_errors
+def rm_command(ctx: Context, url: str, yes: bool) -> None:
+    """Remove the packed dataset at URL: its index first, then its shards.
+
+    Deletes only what the dataset's index names (index.json, index.bin, the shards and
+    pack's state for them); anything else under URL is left alone. Asks first unless
+    --yes. A URL without an index is refused and nothing is removed.
+    """
+    store = _open(ctx, url)
+    try:
+        plan = plan_removal(store)
+    except FileNotFoundError as exc:
+        if isinstance(exc, BucketNotFoundError):
+            raise
+        fail(f"{url} has no index (index.json): not a packed dataset; nothing was removed")
+        return
+    what = (
+        f"the dataset at {url}: its index and {len(plan.shards)} shards "
+        f"({format_bytes(plan.shard_bytes)})"
+    )
+    try:
+        confirmed = yes or click.confirm(f"Remove {what}?", default=False, err=True)
+    except click.Abort:  # no answer: stdin closed
+        confirmed = False
+    if not confirmed:
+        fail("nothing was removed")
+    remove_dataset(store, plan)
+    click.echo(f"Removed {what}.")
 
 
 @cli.command("demo")

@@ -20,6 +20,7 @@ import obstore as obs
 
 from stoker.core.metrics import Counters
 from stoker.errors import (
+    BucketNotFoundError,
     CredentialsError,
     EndpointError,
     ObjectNotFoundError,
@@ -32,7 +33,7 @@ from stoker.storage.cache import DiskCache
 from stoker.storage.engine import IOEngine, default_engine
 from stoker.storage.options import StorageOptions
 from stoker.storage.retry import RETRYABLE, ShortBodyError, call_with_retries, classify
-from stoker.storage.s3 import NativeConfig
+from stoker.storage.s3 import NativeConfig, open_local
 from stoker.storage.shaping import PrefixShaper, prefix_of
 from stoker.storage.url import StorageUrl, redact_userinfo
 
@@ -108,7 +109,7 @@ class ObstoreStore(BlockingForms):
         options: StorageOptions,
         engine: IOEngine | None = None,
     ) -> None:
-        self._native = native.store
+        self._native: Any = native.store  # None until a missing local folder is written to
         self._source = native.credentials_source
         self._endpoint = redact_userinfo(native.endpoint)  # for messages: never a password
         self._url = url
@@ -143,6 +144,15 @@ class ObstoreStore(BlockingForms):
         return (
             f"ObstoreStore({self.url!r}, endpoint={self._endpoint!r}, credentials={self._source!r})"
         )
+
+    def _store(self, *, create: bool = False) -> Any:
+        if self._native is None:  # a local folder that did not exist when opened
+            self._native = open_local(Path(self._url.prefix), create=create)
+        return self._native
+
+    def _missing(self) -> bool:
+        # A local folder that does not exist lists as empty, as a bucket prefix would.
+        return self._native is None and not Path(self._url.prefix).is_dir()
 
     # -- the request wrapper ---------------------------------------------------------------
 
@@ -214,9 +224,11 @@ class ObstoreStore(BlockingForms):
         code = code_match.group(1) if code_match else None
         if kind == "not_found":
             if code == "NoSuchBucket" or "NoSuchBucket" in text:
-                return ObjectNotFoundError(
+                return BucketNotFoundError(
                     f"{where}: bucket {self._url.bucket!r} does not exist at {self._endpoint}"
                 )
+            if self._missing():
+                return BucketNotFoundError(f"{where}: folder {self._url.prefix} does not exist")
             return ObjectNotFoundError(f"{where}: no such object")
         if kind == "auth":
             reason = code or "access denied"
@@ -246,7 +258,7 @@ class ObstoreStore(BlockingForms):
 
         async def attempt() -> tuple[memoryview, int]:
             try:
-                result = await obs.get_async(self._native, path, options={"range": (start, end)})
+                result = await obs.get_async(self._store(), path, options={"range": (start, end)})
             except Exception as exc:
                 if _is_unsatisfiable_range(exc):
                     raise _RangeBeyondEnd(None) from exc
@@ -269,7 +281,7 @@ class ObstoreStore(BlockingForms):
 
         async def first_part() -> tuple[memoryview, int]:
             try:
-                result = await obs.get_async(self._native, path, options={"range": (0, part)})
+                result = await obs.get_async(self._store(), path, options={"range": (0, part)})
             except Exception as exc:
                 # An empty object has no byte 0: S3 answers 416 to any range.
                 if _is_unsatisfiable_range(exc):
@@ -302,7 +314,7 @@ class ObstoreStore(BlockingForms):
 
     async def _get_whole(self, path: str) -> memoryview:
         async def attempt() -> memoryview:
-            result = await obs.get_async(self._native, path)
+            result = await obs.get_async(self._store(), path)
             data = memoryview(await result.bytes_async())
             if len(data) != int(result.meta["size"]):
                 raise ShortBodyError(f"got {len(data)} of {result.meta['size']} bytes")
@@ -331,7 +343,7 @@ class ObstoreStore(BlockingForms):
 
         async def attempt() -> builtins.list[memoryview]:
             buffers = await obs.get_ranges_async(
-                self._native, path, starts=list(starts), ends=list(ends)
+                self._store(), path, starts=list(starts), ends=list(ends)
             )
             views = [memoryview(b) for b in buffers]
             for view, s, e in zip(views, starts, ends, strict=True):
@@ -344,11 +356,13 @@ class ObstoreStore(BlockingForms):
 
     async def head_async(self, path: str) -> ObjectMeta:
         async def attempt() -> ObjectMeta:
-            return _meta(await obs.head_async(self._native, path))
+            return _meta(await obs.head_async(self._store(), path))
 
         return await self._request("head", path, attempt)
 
     async def list_async(self, prefix: str = "") -> AsyncIterator[builtins.list[ObjectMeta]]:
+        if self._missing():
+            return
         last: builtins.list[str | None] = [None]
         current: builtins.list[Any] = [None]
 
@@ -356,7 +370,7 @@ class ObstoreStore(BlockingForms):
             # A failed page restarts the listing after the last key already yielded.
             if current[0] is None:
                 stream = obs.list(
-                    self._native, prefix.strip("/") or None, offset=last[0], chunk_size=_LIST_PAGE
+                    self._store(), prefix.strip("/") or None, offset=last[0], chunk_size=_LIST_PAGE
                 )
                 current[0] = stream.__aiter__()
             try:
@@ -373,8 +387,11 @@ class ObstoreStore(BlockingForms):
                 yield page
 
     async def list_dir_async(self, prefix: str = "") -> Listing:
+        if self._missing():
+            return Listing(prefixes=[], objects=[])
+
         async def attempt() -> Listing:
-            raw = await obs.list_with_delimiter_async(self._native, prefix.strip("/") or None)
+            raw = await obs.list_with_delimiter_async(self._store(), prefix.strip("/") or None)
             return Listing(
                 prefixes=[p.rstrip("/") for p in raw["common_prefixes"]],
                 objects=[_meta(m) for m in raw["objects"]],
@@ -393,7 +410,7 @@ class ObstoreStore(BlockingForms):
         async def attempt() -> ObjectMeta:
             payload: Any = data if isinstance(data, Path) else memoryview(data)
             result = await obs.put_async(
-                self._native,
+                self._store(create=True),
                 path,
                 payload,
                 use_multipart=multipart,
@@ -409,7 +426,7 @@ class ObstoreStore(BlockingForms):
     async def delete_async(self, path: str) -> None:
         async def attempt() -> None:
             try:
-                await obs.delete_async(self._native, path)
+                await obs.delete_async(self._store(), path)
             except FileNotFoundError:
                 return
 

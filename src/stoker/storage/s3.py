@@ -40,7 +40,7 @@ NativeStore = S3Store | GCSStore | AzureStore | LocalStore
 class NativeConfig:
     """An obstore store plus what errors should say about how it was configured."""
 
-    store: NativeStore
+    store: NativeStore | None  # None: a local folder that does not exist (yet)
     credentials_source: str
     endpoint: str
 
@@ -206,6 +206,15 @@ def build_s3(url: StorageUrl, options: StorageOptions) -> NativeConfig:
     return NativeConfig(store, source, shown_endpoint)
 
 
+def open_local(root: Path, *, create: bool) -> LocalStore:
+    """The obstore store of a local folder; only a write (``create``) makes a missing one."""
+    if not root.is_dir():
+        if not create:
+            raise FileNotFoundError(f"{root}: no such folder")
+        root.mkdir(parents=True, exist_ok=True)
+    return LocalStore(root)
+
+
 def _use_profile(config: dict[str, Any], profile: _Profile) -> str:
     config["access_key_id"] = profile.values["aws_access_key_id"]
     config["secret_access_key"] = profile.values.get("aws_secret_access_key", "")
@@ -220,7 +229,10 @@ def build_native(url: StorageUrl, options: StorageOptions) -> NativeConfig:
         return build_s3(url, options)
     if url.scheme == "file":
         root = Path(url.prefix)
-        return NativeConfig(LocalStore(root, mkdir=True), "local filesystem", str(root))
+        # A missing folder is created by the first write, never by opening or reading it
+        # (a mistyped path given to ls, inspect or show must not appear on disk).
+        local = LocalStore(root) if root.is_dir() else None
+        return NativeConfig(local, "local filesystem", str(root))
     client = _client_options(options, options.endpoint_url)
     extra: Any = dict(options.extra)  # obstore's GCSConfig / AzureConfig
     if options.anonymous:

@@ -23,23 +23,29 @@ checks), :mod:`~stoker.storage.transfer.downloader` and
 """
 
 from stoker.storage.transfer.config import (
+    BASE_OPEN_FILES,
     DEFAULT_LIST_AHEAD,
     DEFAULT_WORKERS,
+    FILES_PER_WORKER,
     ProgressSink,
     TransferConfig,
     TransferReport,
+    bound_workers,
 )
 from stoker.storage.transfer.downloader import download
 from stoker.storage.transfer.local import PARTIAL_SUFFIX, safe_local_path
 from stoker.storage.transfer.uploader import upload
 
 __all__ = [
+    "BASE_OPEN_FILES",
     "DEFAULT_LIST_AHEAD",
     "DEFAULT_WORKERS",
+    "FILES_PER_WORKER",
     "PARTIAL_SUFFIX",
     "ProgressSink",
     "TransferConfig",
     "TransferReport",
+    "bound_workers",
     "download",
     "safe_local_path",
     "upload",

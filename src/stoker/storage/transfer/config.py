@@ -12,6 +12,31 @@ from stoker.errors import StokerError, TransferError
 
 DEFAULT_WORKERS = 64
 DEFAULT_LIST_AHEAD = 10_000
+#: Open files a worker may hold at once: its local file and two connections.
+FILES_PER_WORKER = 3
+#: Open files the process needs besides the workers' (interpreter, libraries, the engine).
+BASE_OPEN_FILES = 64
+
+
+def bound_workers(workers: int, open_files_limit: int) -> tuple[int, int]:
+    """The most workers, up to ``workers``, that fit in ``open_files_limit`` descriptors, and
+    the requests in flight to allow them (each needs a connection).
+
+    Returns:
+        ``(workers, max_in_flight)``.
+
+    Raises:
+        ValueError: Not even one worker fits; the message names the limit.
+    """
+    room = open_files_limit - BASE_OPEN_FILES
+    fits = room // FILES_PER_WORKER
+    if fits < 1:
+        raise ValueError(
+            f"the open-file limit of {open_files_limit} (ulimit -n) leaves no room for a "
+            f"transfer, which needs at least {BASE_OPEN_FILES + FILES_PER_WORKER}; raise it"
+        )
+    workers = min(workers, fits)
+    return workers, min(max(128, 2 * workers), room - workers)
 
 
 class ProgressSink(Protocol):

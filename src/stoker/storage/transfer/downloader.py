@@ -9,7 +9,7 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from stoker.errors import TransferError
+from stoker.errors import ObjectNotFoundError, TransferError
 from stoker.storage.base import ObjectMeta, Store
 from stoker.storage.engine import IOEngine
 from stoker.storage.transfer.config import (
@@ -64,11 +64,11 @@ def download(
         TransferError: Some objects failed; the others were downloaded. ``failures`` names
             each with its reason. Or the disk filled up: the download stopped, saying so,
             with no partial file left behind.
-        FileNotFoundError: The bucket does not exist.
+        FileNotFoundError: The bucket does not exist, or nothing is under its prefix (or
+            the local folder) at all; ``dst_dir`` is then left alone.
     """
     config = config or TransferConfig()
     dst = Path(dst_dir).expanduser().resolve()
-    dst.mkdir(parents=True, exist_ok=True)
     report = TransferReport(direction="download", source=store.url, destination=str(dst))
     started = time.perf_counter()
     store.engine.run(_download(store, dst, config, progress or NoProgress(), report))
@@ -78,9 +78,12 @@ def download(
     return report
 
 
-async def _selected(store: Store, config: TransferConfig) -> AsyncIterator[ObjectMeta]:
+async def _selected(
+    store: Store, config: TransferConfig, listed: builtins.list[int]
+) -> AsyncIterator[ObjectMeta]:
     pages: AsyncIterator[builtins.list[ObjectMeta]] = store.list_async("")
     async for page in pages:
+        listed[0] += len(page)
         for meta in page:
             if not meta.key.endswith("/") and config.selects(meta.key):
                 yield meta
@@ -96,7 +99,8 @@ async def _download(
     part_size = store.options.part_size_bytes
     threshold = store.options.multipart_threshold_bytes
     sink = LateProgress(progress)
-    listing = _selected(store, config)
+    listed = [0]  # objects listed, before the filters
+    listing = _selected(store, config, listed)
     # Up to list_ahead objects are listed first: a listing that ends there is known exactly
     # before any download starts; a longer one is streamed through a bounded queue.
     first: builtins.list[ObjectMeta] = []
@@ -105,7 +109,10 @@ async def _download(
         if len(first) >= config.list_ahead:
             break
     else:
+        if listed[0] == 0:  # a mistyped source: say so, and create no destination
+            raise ObjectNotFoundError(f"nothing to download: no object under {store.url}")
         sink.start(files=len(first), total_bytes=sum(m.size for m in first))
+    dst.mkdir(parents=True, exist_ok=True)
     report.files_total = len(first)
     listed_all = len(first) < config.list_ahead
     queue: asyncio.Queue[ObjectMeta | None] = asyncio.Queue(config.list_ahead)
