@@ -3,13 +3,11 @@
 The read path, for one rank (and one loader worker), each step in its own module:
 
 1. **plan** (:mod:`~stoker.pipeline.plan`, :mod:`~stoker.pipeline.order`): the epoch's
-   order, this rank's share of it (mixed through a window of read groups when the data
-   was not written shuffled), cut into batches and into the chunks they are fetched in;
-   pure functions of a few integers.
-2. **prefetch** (:mod:`~stoker.pipeline.prefetch`): chunks of one read group
-   (``block_size * group_blocks`` samples, one coalesced ranged GET per block) in the
-   order they are first needed, ``prefetch`` chunks ahead, on the store's I/O engine,
-   through an optional in-memory cache; each sample held until its batch takes it.
+   order, this rank's share of it, cut into batches and into the chunks they are fetched
+   in; pure functions of a few integers.
+2. **prefetch** (:mod:`~stoker.pipeline.prefetch`): chunks of one read group (one ranged
+   GET per block) in the order they are first needed, ``prefetch`` chunks ahead, on the
+   store's I/O engine, through an optional in-memory cache.
 3. **decode** (:mod:`~stoker.pipeline.batching`): each batch's samples decoded and
    transformed by a thread pool (the decoders release the GIL) straight into a
    preallocated ``(N, H, W, 3)`` uint8 array.
@@ -31,7 +29,13 @@ from typing import Any, Literal
 from stoker.core.metrics import Stage, Stages, StageTotals, TraceEvent, merge_snapshots
 from stoker.pipeline.autotune import AutotuneConfig, Autotuner, default_threads
 from stoker.pipeline.batching import BatchAssembler, PendingBatch
-from stoker.pipeline.config import BLOCK_PAGE_BYTES, SAMPLE_PAGE_BYTES, CacheConfig, DecodeConfig
+from stoker.pipeline.config import (
+    BLOCK_PAGE_BYTES,
+    SAMPLE_PAGE_BYTES,
+    CacheConfig,
+    DecodeConfig,
+    check_loader_arguments,
+)
 from stoker.pipeline.mixing import SourceShare
 from stoker.pipeline.order import EpochOrder, OrderConfig, Segment
 from stoker.pipeline.plan import (
@@ -80,8 +84,8 @@ class Loader:
         drop_last: Drop the last incomplete batch, and even ranks out by dropping samples
             rather than padding with repeats.
         order: Shuffle settings (:class:`~stoker.pipeline.order.OrderConfig`): mode
-            (``"none"`` for no shuffle), seed, block and group sizes. By default blocks
-            hold about 1 MB (4 to 64 samples).
+            (``"none"`` for no shuffle), seed, block, group and window sizes; unset ones
+            are derived from the data (:func:`~stoker.pipeline.plan.resolve_order`).
         world: This rank and loader worker (:class:`~stoker.pipeline.world.World`);
             default rank 0 of 1. Worker ``w`` of ``num_workers`` makes batches
             ``w, w + num_workers, ...`` of its rank's epoch (counted from the resume point).
@@ -116,20 +120,18 @@ class Loader:
         cache: CacheConfig | None = None,
         storage_options: Mapping[str, Any] | None = None,
     ) -> None:
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        if prefetch != "auto" and (not isinstance(prefetch, int) or prefetch < 1):
-            raise ValueError(f"prefetch must be >= 1 or 'auto', got {prefetch!r}")
+        check_loader_arguments(batch_size=batch_size, prefetch=prefetch)
         decode = decode or DecodeConfig()
         cache = cache or CacheConfig()
         self.stages = Stages()
-        random_order = order is not None and order.mode == "random"
         with self.stages.time(Stage.INDEX):
             self.source = open_source(
                 source,
                 storage_options=storage_options,
                 cache=cache,
-                page_bytes=SAMPLE_PAGE_BYTES if random_order else BLOCK_PAGE_BYTES,
+                page_bytes=SAMPLE_PAGE_BYTES
+                if order and order.mode == "random"
+                else BLOCK_PAGE_BYTES,
             )
         self.dataset = self.source.datasets[0]
         units, unit_bytes = self.source.units(), self.source.unit_bytes()
@@ -145,9 +147,7 @@ class Loader:
         self.num_threads = decode.threads if isinstance(decode.threads, int) else default_threads()
         # Read groups in flight: enough for two batches ahead, at least two.
         group = self.order_config.group_samples
-        self.prefetch = (
-            prefetch if isinstance(prefetch, int) else max(2, -(-2 * batch_size // group))
-        )
+        self.prefetch = int(prefetch) if prefetch != "auto" else max(2, -(-2 * batch_size // group))
         # Batches decoding at once: fixed, so process mode's shared-memory slots suffice.
         self._decode_depth = self.prefetch + 1
         self._tuner = Autotuner(

@@ -33,7 +33,7 @@ BLOCK_TARGET_BYTES = 1_000_000
 #: Blocks an epoch of data in unknown (maybe class-sorted) order has at least: each rank
 #: reads a random share of the blocks, and fewer, larger ones leave ranks with uneven
 #: shares of the classes.
-MIN_BLOCKS_UNSHUFFLED = 1024
+MIN_BLOCKS_UNSHUFFLED = 384
 #: Bytes of read groups a rank mixes together (``OrderConfig.window``) when the data's
 #: order is unknown: batches then draw from about this much of the dataset at once.
 WINDOW_TARGET_BYTES = 256 << 20

@@ -187,24 +187,32 @@ class ReadCost:
 
 
 def read_cost(
-    lengths: np.ndarray, shard_sizes: Sequence[int], *, order: EpochOrder, config: OrderConfig
+    lengths: np.ndarray,
+    shard_sizes: Sequence[int],
+    *,
+    order: EpochOrder,
+    config: OrderConfig,
+    world_size: int = 1,
 ) -> ReadCost:
-    """Count the ranged reads of ``order`` for one rank, as the Loader fetches them.
+    """Count the ranged reads of ``order``, as the Loader fetches them (one loader worker
+    per rank), over all ``world_size`` ranks.
 
     Args:
         lengths: Bytes of each sample (the index's ``length``).
         shard_sizes: Samples in each shard.
         order: The epoch's order.
         config: The resolved order settings (block and group sizes, window).
+        world_size: Ranks sharing the epoch.
     """
-    share = assign(order, rank=0, world_size=1)
     shard_of = np.repeat(np.arange(len(shard_sizes)), np.asarray(shard_sizes, dtype=np.int64))
     reads: list[int] = []
-    for group in np.unique(share.groups).tolist():
-        ids = np.sort(share.samples[share.groups == group])
-        # A new read wherever the next sample is not the next one of the same shard.
-        breaks = np.flatnonzero((np.diff(ids) != 1) | (np.diff(shard_of[ids]) != 0)) + 1
-        reads += [int(lengths[run].sum()) for run in np.split(ids, breaks)]
+    for rank in range(world_size):
+        share = assign(order, rank=rank, world_size=world_size)
+        for group in np.unique(share.groups).tolist():
+            ids = np.unique(share.samples[share.groups == group])
+            # A new read wherever the next sample is not the next one of the same shard.
+            breaks = np.flatnonzero((np.diff(ids) != 1) | (np.diff(shard_of[ids]) != 0)) + 1
+            reads += [int(lengths[run].sum()) for run in np.split(ids, breaks)]
     group_bytes = config.group_samples * (float(lengths.mean()) if len(lengths) else 0.0)
     return ReadCost(
         requests=len(reads),
