@@ -241,6 +241,12 @@ class ObstoreStore(BlockingForms):
                 f"cannot reach {self._endpoint} for {op.upper()} {where} "
                 f"({kind}, gave up after retrying)"
             )
+        if kind == "reset" and "error sending request" in text:
+            # No response at all, every time: a proxy or load balancer with nothing behind it.
+            return EndpointError(
+                f"{self._endpoint} closed the connection before answering {op.upper()} {where} "
+                f"(gave up after retrying)"
+            )
         if kind == "timeout":
             return EndpointError(
                 f"{op.upper()} {where}: no complete response from {self._endpoint} within "
