@@ -173,7 +173,8 @@ class ShardDataset:
             raise CorruptShardError(
                 f"{self.url}/{shard}: sample {key!r} (#{i}) fails its CRC-32 check"
             )
-        sample: dict[str, Any] = dict(parse_members(span, where=f"{self.url}/{shard}:{key}"))
+        where = f"{self.url}/{shard}:{key}"
+        sample: dict[str, Any] = dict(parse_members(span, where=where, verified=True))
         sample["key"] = key
         sample["label"] = int(self._index.label[i])
         return sample

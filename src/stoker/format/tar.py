@@ -344,12 +344,21 @@ def iter_members(data: bytes | memoryview, *, whole_archive: bool) -> Iterator[T
         raise ValueError(f"extended header at offset {chain_start} is not followed by a member")
 
 
-def parse_members(span: bytes | memoryview, *, where: str) -> dict[str, bytes]:
+def parse_members(
+    span: bytes | memoryview, *, where: str, verified: bool = False
+) -> dict[str, bytes]:
     """Split one sample's span (headers and data of its members) into ``{ext: bytes}``.
 
     The extension is the member's base name after its first ``.``, lower-cased; members
     without one are skipped, as WebDataset does. pax and GNU long-name headers are applied
     to the member they precede.
+
+    Args:
+        span: The sample's bytes.
+        where: Names the sample in errors.
+        verified: The span's checksum matched the index, whose builder walked these very
+            headers with every check: read plain ustar members without checking again
+            (anything else still takes the full walk). About 5x cheaper per sample.
 
     Raises:
         ShardFormatError: A corrupt header, a member that runs past the span, an unsafe or
@@ -357,6 +366,10 @@ def parse_members(span: bytes | memoryview, *, where: str) -> dict[str, bytes]:
             that appears twice; the message names ``where`` and the member.
     """
     view = memoryview(span).cast("B")
+    if verified:
+        plain = _plain_members(view)
+        if plain is not None:
+            return plain
     fields: dict[str, bytes] = {}
     try:
         for member in iter_members(view, whole_archive=False):
@@ -377,3 +390,37 @@ def parse_members(span: bytes | memoryview, *, where: str) -> dict[str, bytes]:
     except ValueError as exc:  # from the header walk
         raise ShardFormatError(f"{where}: {exc}") from None
     return fields
+
+
+def _plain_members(view: memoryview) -> dict[str, bytes] | None:
+    """``{ext: bytes}`` of a span of plain ustar regular-file members, or None for anything
+    else (extended headers, base-256 sizes, other types, trailing zeros, a repeated
+    extension): the caller then takes the full, checking walk."""
+    fields: dict[str, bytes] = {}
+    position, total = 0, len(view)
+    while position < total:
+        if position + TAR_BLOCK > total:
+            return None
+        header = view[position : position + TAR_BLOCK]
+        if header[156] not in _PLAIN_KINDS or header[124] & 0x80 or not header[0]:
+            return None
+        size_text = header[124:136].tobytes().split(b"\0", 1)[0].strip(b" ")
+        data_start = position + TAR_BLOCK
+        size = int(size_text, 8) if size_text else 0
+        if data_start + size > total:
+            return None
+        name = header[:100].tobytes().split(b"\0", 1)[0]
+        base = name.rsplit(b"/", 1)[-1]
+        if b"." in base:
+            try:
+                ext = base.split(b".", 1)[1].decode("utf-8").lower()
+            except UnicodeDecodeError:
+                return None
+            if ext in fields or not ext:
+                return None
+            fields[ext] = view[data_start : data_start + size].tobytes()
+        position = data_start + padded(size)
+    return fields
+
+
+_PLAIN_KINDS = frozenset(b"0\0")
