@@ -2,7 +2,7 @@
 
 On the two datasets of ``loader.py`` (real photos, in SeaweedFS behind the 20 ms / 1 Gbit/s
 proxy; set a with RandomResizedCrop(224) + flip, set b with Resize(224x224) + flip),
-stream a whole epoch of batches of 256 with every combination of decode threads and
+stream two epochs (``--epochs``) of batches of 256 with every combination of decode threads and
 prefetch depth in the grid, each in a fresh process with a cold store connection, then
 once more with both on "auto". A setting's rate is its images/s over the second half of
 its run (for auto: from where it settled, if that came later), so that the comparison is
@@ -37,6 +37,7 @@ from stoker.pipeline.loader import Loader
 from stoker.pipeline.transforms import RandomResizedCrop, Resize
 
 url, kind, images, threads, prefetch = sys.argv[1], sys.argv[2], int(sys.argv[3]), *sys.argv[4:6]
+epochs = int(sys.argv[6])
 logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
 transform = RandomResizedCrop(224, flip=True) if kind == "crop" else Resize((224, 224), flip=True)
 loader = Loader(
@@ -46,18 +47,19 @@ loader = Loader(
     decode=DecodeConfig(threads=threads if threads == "auto" else int(threads)),
     prefetch=prefetch if prefetch == "auto" else int(prefetch),
 )
-total = images or loader.batches_per_epoch() * 256
+total = images or epochs * len(loader.dataset)
 started = time.perf_counter()
 seen, half, settled = 0, None, None
-for batch in loader:
-    seen += len(batch["label"])
-    now = time.perf_counter()
-    if half is None and seen >= total // 2:
-        half = (now, seen)
-    if settled is None and loader.stats().autotune != "tuning":
-        settled = (now, seen)
-    if images and seen >= images:
-        break
+while seen < total:
+    for batch in loader:  # epoch after epoch
+        seen += len(batch["label"])
+        now = time.perf_counter()
+        if half is None and seen >= total // 2:
+            half = (now, seen)
+        if settled is None and loader.stats().autotune != "tuning":
+            settled = (now, seen)
+        if seen >= total:
+            break
 end = time.perf_counter()
 stats = loader.stats()
 marks = [m for m in (half, settled) if m is not None]
@@ -76,11 +78,12 @@ print(json.dumps({
 
 
 def run_one(
-    url: str, kind: str, images: int, threads: str, prefetch: str, env: dict[str, str], proxy: Any
+    url: str, kind: str, args: Any, threads: str, prefetch: str, env: dict[str, str], proxy: Any
 ) -> Any:
     before = proxy.stats()
+    command = [url, kind, str(args.images), threads, prefetch, str(args.epochs)]
     done = subprocess.run(
-        [sys.executable, "-c", CHILD, url, kind, str(images), threads, prefetch],
+        [sys.executable, "-c", CHILD, *command],
         env=env,
         capture_output=True,
         text=True,
@@ -117,7 +120,7 @@ def _table(name: str, prep: Any, grid: dict[str, Any], auto: Any, args: Any) -> 
     ]
     for key, run in [*grid.items(), ("auto", auto)]:
         scale = prep.files / max(1, run["images"])
-        approx = "~" if scale != 1.0 else ""
+        approx = "" if run["images"] % prep.files == 0 else "~"
         per_epoch = run["bytes"] * scale
         lines.append(
             f"| {key} | {run['images_per_s']:.0f} | {run['tail_images_per_s']:.0f} | "
@@ -146,7 +149,10 @@ def main() -> int:
     )
     parser.add_argument("--sets", default="a,b")
     parser.add_argument("--files", type=int, help="photos per set (default: loader.py's sets)")
-    parser.add_argument("--images", type=int, default=0, help="images per run (0: an epoch)")
+    parser.add_argument(
+        "--images", type=int, default=0, help="images per run (0: --epochs whole epochs)"
+    )
+    parser.add_argument("--epochs", type=int, default=2, help="epochs per run")
     parser.add_argument("--threads", default="1,2,3,4")
     parser.add_argument("--prefetch", default="2,8")
     parser.add_argument("--rtt-ms", type=float, default=20.0)
@@ -165,7 +171,8 @@ def main() -> int:
     results: dict[str, Any] = {"cpus": os.cpu_count(), "args": vars(args)}
     lines = [
         f"# Autotune against a sweep: batches of 256 at 224x224, {args.rtt_ms:g} ms RTT, "
-        f"1 Gbit/s, {os.cpu_count()} CPUs, {args.images or 'an epoch of'} images per run",
+        f"1 Gbit/s, {os.cpu_count()} CPUs, per run: "
+        f"{f'{args.images} images' if args.images else f'{args.epochs} epochs'}",
         "",
     ]
     with SeaweedServer() as server:
@@ -186,9 +193,7 @@ def main() -> int:
                 for threads in args.threads.split(","):
                     for prefetch in args.prefetch.split(","):
                         started = time.perf_counter()
-                        run = run_one(
-                            url, prep.transform, args.images, threads, prefetch, env, proxy
-                        )
+                        run = run_one(url, prep.transform, args, threads, prefetch, env, proxy)
                         grid[f"{threads}/{prefetch}"] = run
                         print(
                             f"[{name}] threads {threads} prefetch {prefetch}: "
@@ -196,7 +201,7 @@ def main() -> int:
                             f"({time.perf_counter() - started:.0f} s)",
                             flush=True,
                         )
-                auto = run_one(url, prep.transform, args.images, "auto", "auto", env, proxy)
+                auto = run_one(url, prep.transform, args, "auto", "auto", env, proxy)
                 print(f"[{name}] auto: {auto['tail_images_per_s']:.0f} images/s", flush=True)
                 for line in auto["log"]:
                     print(f"[{name}]   {line}", flush=True)

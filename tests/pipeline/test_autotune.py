@@ -230,6 +230,35 @@ def test_never_settles_more_than_5_percent_below_the_best_fixed_count(
     assert truth[tuner.threads] >= 0.95 * best
 
 
+def test_only_the_batches_under_way_after_a_change_are_skipped() -> None:
+    # Windows of 8 batches; the cold start is a whole window, the skip after a change only
+    # a quarter of one (2 batches).
+    tuner = Autotuner(
+        threads=2,
+        prefetch=2,
+        group_bytes=1e6,
+        tune_threads=True,
+        tune_prefetch=False,
+        config=AutotuneConfig(window_s=1e-9, min_batches=8),
+        cpus=2,
+    )
+    changes, threads, samples = [], tuner.threads, 0
+    tuner.observe(0.0, 0, 0.0)
+    for batch in range(1, 200):
+        samples += int(_set_b(tuner.threads))  # a batch every 10 ms: 100x the rate
+        tuner.observe(batch * 0.01, samples, 0.0)
+        if tuner.threads != threads:
+            changes.append(batch)
+            threads = tuner.threads
+        if tuner.settled:
+            break
+    assert tuner.settled
+    assert tuner.threads == 2
+    # 8 cold + 8 judged at 2 threads -> 1; 2 skipped + 8 judged -> 3; 2 + 8 judged, then
+    # 8 more at 3 to confirm it (no change, no skip) -> 2, confirmed there.
+    assert changes == [16, 26, 44]
+
+
 def test_an_autotuned_loader_logs_its_choice_and_keeps_results_exact(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -20,12 +20,13 @@ and ``min_batches`` batches) the tuner judges the last one:
 3. **Settle** on the best; nothing changes afterwards, so a long run pays nothing for
    tuning. Every change and the final choice are logged at INFO.
 
-The first window (a cold start) and a window right after a change (it mixes both
-settings) are never judged, and neither is a window that waited on the store for more
-than ``io_bound_share`` of its time: its rate is the store's, whatever the thread count.
-Such a window deepens prefetch if the budget allows; after five of them in a row at full
-prefetch the tuner settles on the best count measured so far. On 2 cores tuning settles
-in about ten windows: half a minute.
+The first window (a cold start) and a short one right after a change (a quarter of
+``min_batches``: the batches under way mix both settings) are never judged, and neither
+is a window that waited on the store for more than ``io_bound_share`` of its time: its
+rate is the store's, whatever the thread count. Such a window deepens prefetch if the
+budget allows; after five of them in a row at full prefetch the tuner settles on the best
+count measured so far. On 2 cores tuning takes about six windows of at least a second and
+12 batches: 10 to 40 seconds.
 """
 
 from __future__ import annotations
@@ -67,8 +68,8 @@ class AutotuneConfig:
 
     max_threads: int | None = None
     max_buffer_bytes: int = 512 << 20
-    window_s: float = 3.0
-    min_batches: int = 8
+    window_s: float = 1.0
+    min_batches: int = 12
     min_gain: float = 0.02
     fetch_wait_share: float = 0.05
     io_bound_share: float = 0.15
@@ -129,6 +130,7 @@ class Autotuner:
         self._window_start: tuple[float, int, float] | None = None  # (time, samples, waited)
         self._batches = 0
         self._settling = True  # the first window is a cold start: never judged
+        self._cold = True
         self._io_windows = 0
         self._first: int | None = None  # the first count measured (the start)
 
@@ -161,14 +163,18 @@ class Autotuner:
         self._batches += 1
         started, samples_then, waited_then = self._window_start
         elapsed = now - started
-        if elapsed < self.config.window_s or self._batches < self.config.min_batches:
+        if self._settling and not self._cold:
+            # After a change only the batches already under way mix both settings.
+            if self._batches < max(1, self.config.min_batches // 4):
+                return
+        elif elapsed < self.config.window_s or self._batches < self.config.min_batches:
             return
         rate = (samples - samples_then) / elapsed
         fetch_share = (fetch_wait_s - waited_then) / elapsed
         self._window_start = (now, samples, fetch_wait_s)
         self._batches = 0
         if self._settling:
-            self._settling = False  # the window after a change mixes both settings
+            self._settling = self._cold = False  # not judged: see the module docstring
             return
         self._step(rate, fetch_share)
 
