@@ -63,7 +63,12 @@ def shard_sizes(lengths: np.ndarray) -> list[int]:
 
 
 def measure(
-    labels: np.ndarray, lengths: np.ndarray, *, shuffled: bool, policy: str, args: argparse.Namespace
+    labels: np.ndarray,
+    lengths: np.ndarray,
+    *,
+    shuffled: bool,
+    policy: str,
+    args: argparse.Namespace,
 ) -> dict[str, object]:
     sizes = shard_sizes(lengths)
     config = resolve_order(
