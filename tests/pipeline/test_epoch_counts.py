@@ -36,11 +36,6 @@ def test_cost_per_epoch_scales_by_samples_delivered() -> None:
     assert stats.cost_per_epoch().requests == pytest.approx(10 * 103 / 50)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs Loader.stats() to set epoch_samples with stats.samples_per_epoch "
-    "(src/stoker/pipeline/loader.py, the lead's file): it is batches x batch_size today",
-)
 def test_loader_stats_epoch_samples_are_delivered_samples(tmp_path: Path) -> None:
     write_image_folder(tmp_path / "src", files=103, classes=2, width=16, height=16)
     pack(tmp_path / "src", tmp_path / "ds", config=PackConfig(samples_per_shard=40))

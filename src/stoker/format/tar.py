@@ -409,7 +409,7 @@ def _plain_members(view: memoryview) -> dict[str, bytes] | None:
         size = int(size_text, 8) if size_text else 0
         if data_start + size > total:
             return None
-        if header[257:265] == b"ustar\x0000" and header[345]:
+        if header[257:265].tobytes() == b"ustar\x0000" and header[345]:
             return None  # a prefix field: the full walk joins it to the name
         name = header[:100].tobytes().split(b"\0", 1)[0]
         try:

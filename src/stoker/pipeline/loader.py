@@ -49,7 +49,7 @@ from stoker.pipeline.plan import (
 )
 from stoker.pipeline.prefetch import FetchStream, Prefetcher
 from stoker.pipeline.sources import MixedSource, SourceLike, WindowSource, open_source
-from stoker.pipeline.stats import LoaderStats, ProgressLog
+from stoker.pipeline.stats import LoaderStats, ProgressLog, samples_per_epoch
 from stoker.pipeline.workers import SampleDecoder
 from stoker.pipeline.world import World
 
@@ -273,10 +273,8 @@ class Loader:
     # -- observe ---------------------------------------------------------------------------
 
     def trace(self, *, max_events: int = 200_000) -> None:
-        """Keep a timeline of the last ``max_events`` stage runs from now on.
-
-        :meth:`events` returns it; ``stoker doctor --trace`` writes it as a Chrome trace.
-        """
+        """Keep a timeline of the last ``max_events`` stage runs from now on (:meth:`events`
+        returns it; ``stoker doctor --trace`` writes it as a Chrome trace)."""
         self.stages.start_tracing(max_events)
 
     def events(self) -> list[TraceEvent]:
@@ -295,14 +293,15 @@ class Loader:
         snapshot = LoaderStats(**{k: getattr(self._stats, k) for k in LoaderStats.__slots__})
         snapshot.skipped = list(self._stats.skipped)
         snapshot.stages = self.stages.snapshot()
-        snapshot.epoch_samples = self.batches_per_epoch() * self.batch_size
+        snapshot.epoch_samples = samples_per_epoch(
+            self._order(), world=self.world, batch_size=self.batch_size, drop_last=self.drop_last
+        )
         snapshot.threads, snapshot.prefetch = self.num_threads, self.prefetch
         snapshot.autotune = self._tuner.state
         snapshot.requests = merge_snapshots(
             d.store.counters.snapshot() for d in self.source.datasets
         )
-        memory = self._prefetcher.cache
-        snapshot.cache_hits = memory.hits if memory else 0
+        snapshot.cache_hits = self._prefetcher.cache.hits if self._prefetcher.cache else 0
         disk = self.dataset.store.cache  # one disk cache for all datasets
         if disk is not None:
             snapshot.disk_cache = disk.counters.snapshot()

@@ -221,6 +221,12 @@ class Share:
     groups: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
 
+def share_length(total: int, *, world_size: int, drop_last: bool = False) -> int:
+    """Samples in each rank's share of an epoch of ``total``: ``len(assign(...).samples)``
+    without computing the share (padding included; ``drop_last`` drops instead)."""
+    return total // world_size if drop_last else -(-total // world_size)
+
+
 def assign(
     order: EpochOrder,
     *,
@@ -257,7 +263,7 @@ def assign(
         starts = np.unique(np.concatenate([[0], np.cumsum(keep)])[starts])
         samples = samples[keep]
     total = len(samples)
-    each = total // world_size if drop_last else -(-total // world_size)
+    each = share_length(total, world_size=world_size, drop_last=drop_last)
     # Where ranks' pieces meet (and where drop_last cuts the tail off).
     cuts = [r * each for r in range(1, world_size + drop_last)]
     first = rank * each

@@ -21,6 +21,7 @@ from stoker.pipeline.order import (
     Segment,
     assign,
     consumed,
+    share_length,
 )
 from stoker.pipeline.world import World
 
@@ -114,8 +115,7 @@ def resolve_seed(order: OrderConfig | None, seed: int | None) -> int:
 
 def batches_per_epoch(order: EpochOrder, *, world: World, batch_size: int, drop_last: bool) -> int:
     """Batches one rank delivers in a full epoch of ``order`` (the same on every rank)."""
-    share = assign(order, rank=world.rank, world_size=world.world_size, drop_last=drop_last)
-    n = len(share.samples)
+    n = share_length(len(order.samples), world_size=world.world_size, drop_last=drop_last)
     return n // batch_size if drop_last else -(-n // batch_size)
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 from stoker.core.metrics import Stage, StageTotals
 from stoker.core.pricing import EpochCost, StoragePrices
 from stoker.core.units import format_bytes
-from stoker.pipeline.order import EpochOrder, assign
+from stoker.pipeline.order import EpochOrder, share_length
 from stoker.pipeline.world import World
 
 
@@ -137,8 +137,7 @@ class LoaderStats:
 def samples_per_epoch(order: EpochOrder, *, world: World, batch_size: int, drop_last: bool) -> int:
     """Samples one rank delivers in a full epoch of ``order``: its share (padding included),
     less the last incomplete batch with ``drop_last``; not batches times ``batch_size``."""
-    share = assign(order, rank=world.rank, world_size=world.world_size, drop_last=drop_last)
-    n = len(share.samples)
+    n = share_length(len(order.samples), world_size=world.world_size, drop_last=drop_last)
     return n - n % batch_size if drop_last else n
 
 
