@@ -102,7 +102,13 @@ class ShardDataset:
 
     @property
     def class_names(self) -> list[str]:
-        """Class names, indexed by label."""
+        """Class names, indexed by label: ``class_names[batch["label"][i]]``.
+
+        ``stoker pack`` numbers an image folder's class folders in sorted order (label 0 is
+        the first folder) and records their names; ``pack --class-name`` or ``stoker
+        index`` name others. Empty when the dataset has no names; -1 labels a sample with no
+        class.
+        """
         return self._index.class_names
 
     @property
