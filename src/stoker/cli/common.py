@@ -38,6 +38,14 @@ def fail(message: str) -> None:
     sys.exit(1)
 
 
+def printable(text: str) -> str:
+    """``text`` with control and other unprintable characters escaped (``\\n``), so that a
+    hostile object key cannot break a line of output or drive the terminal."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 #: The exit status after Ctrl-C (128 + SIGINT), as shells report it.
 INTERRUPTED = 130
 

@@ -21,6 +21,7 @@ from stoker.cli.common import (
     fail,
     handle_errors,
     on_sigint,
+    printable,
     with_options,
 )
 from stoker.cli.dataset import index_command, inspect_command, pack_command, verify_command
@@ -30,7 +31,7 @@ from stoker.core.units import format_bytes
 from stoker.errors import BucketNotFoundError, TransferError
 from stoker.format.remove import plan_removal, remove_dataset
 from stoker.storage import StorageOptions, open_store
-from stoker.storage.base import Store
+from stoker.storage.base import Store, key_problem
 from stoker.storage.engine import IOEngine
 from stoker.storage.shaping import ShapingPolicy
 from stoker.storage.transfer import (
@@ -145,11 +146,12 @@ def ls_command(ctx: Context, url: str, recursive: bool, as_json: bool) -> None:
     """
     store = _open(ctx, url)
     count = total = prefixes = 0
+    unusable: list[tuple[str, str]] = []
     if recursive:
         for meta in store.list(""):
             count += 1
             total += meta.size
-            _print_object(meta, as_json)
+            _print_object(meta, as_json, unusable)
     else:
         listing = store.list_dir("")
         prefixes = len(listing.prefixes)
@@ -157,11 +159,11 @@ def ls_command(ctx: Context, url: str, recursive: bool, as_json: bool) -> None:
             if as_json:
                 click.echo(json.dumps({"prefix": prefix + "/"}))
             else:
-                click.echo(f"{'':19} {'PRE':>12} {prefix}/")
+                click.echo(f"{'':19} {'PRE':>12} {printable(prefix)}/")
         for meta in listing.objects:
             count += 1
             total += meta.size
-            _print_object(meta, as_json)
+            _print_object(meta, as_json, unusable)
     if count == 0 and prefixes == 0:
         fail(f"nothing under {url}: no such prefix, folder or bucket")
     if as_json:
@@ -169,13 +171,21 @@ def ls_command(ctx: Context, url: str, recursive: bool, as_json: bool) -> None:
         click.echo(json.dumps({"total": totals if recursive else {**totals, "prefixes": prefixes}}))
     elif recursive:
         click.echo(f"{count} objects, {format_bytes(total)}", err=True)
+    for key, problem in unusable:
+        click.echo(f"stoker: failed: {printable(key)}: unusable key ({problem})", err=True)
+    if unusable:
+        fail(f"{len(unusable)} keys cannot be read or downloaded; the others were listed")
 
 
-def _print_object(meta: Any, as_json: bool) -> None:
+def _print_object(meta: Any, as_json: bool, unusable: list[tuple[str, str]]) -> None:
+    # A key that stoker cannot use is listed too (escaped), and named as a failure after.
+    problem = key_problem(meta.key)
+    if problem is not None:
+        unusable.append((meta.key, problem))
     if as_json:
         click.echo(json.dumps(_meta_dict(meta)))
     else:
-        click.echo(f"{_when(meta.last_modified)} {meta.size:>12} {meta.key}")
+        click.echo(f"{_when(meta.last_modified)} {meta.size:>12} {printable(meta.key)}")
 
 
 def _when(moment: Any) -> str:
@@ -254,10 +264,15 @@ def _run_transfer(run: Callable[[], TransferReport], bar: BarProgress, as_json: 
     # Print only once the bar has stopped, so the two never share a line.
     if failure is not None:
         for key, reason in failure.failures:
-            click.echo(f"stoker: failed: {key}: {reason}", err=True)
+            click.echo(f"stoker: failed: {printable(key)}: {_first_line(reason)}", err=True)
         fail(f"{len(failure.failures)} files failed; rerun the same command to retry them")
         return
     _summary(report, as_json)
+
+
+def _first_line(reason: str) -> str:
+    # obstore's messages run over several lines (a debug dump follows the first).
+    return printable(reason.strip().split("\n", 1)[0])
 
 
 @dataclass(frozen=True, slots=True)

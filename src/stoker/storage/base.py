@@ -55,6 +55,23 @@ class Listing:
     objects: builtins.list[ObjectMeta]
 
 
+def key_problem(key: str) -> str | None:
+    """Why an object key cannot be used as a relative path, or None if it can.
+
+    Such a key (a listing may hold one: S3 takes any bytes) is never written to a local
+    file, and obstore cannot address it; commands name it as a failure and go on.
+    """
+    if not key:
+        return "empty key"
+    control = next((c for c in key if ord(c) < 0x20 or ord(c) == 0x7F), None)
+    if control is not None:
+        return f"control character {control!r}"
+    for part in key.split("/"):
+        if part in ("", ".", ".."):
+            return f"{part!r} segment" if part else "empty segment (leading, trailing or //)"
+    return None
+
+
 @runtime_checkable
 class Store(Protocol):
     """An object store rooted at a bucket/prefix (or directory, or memory namespace)."""

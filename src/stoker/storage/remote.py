@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -32,7 +31,15 @@ from stoker.storage.blocking import BlockingForms
 from stoker.storage.cache import DiskCache
 from stoker.storage.engine import IOEngine, default_engine
 from stoker.storage.options import StorageOptions
-from stoker.storage.retry import RETRYABLE, ShortBodyError, call_with_retries, classify
+from stoker.storage.rawlist import RawLister, RootedLister, invalid_key_in
+from stoker.storage.retry import (
+    RETRYABLE,
+    ShortBodyError,
+    call_with_retries,
+    classify,
+    error_code,
+    summarise_error,
+)
 from stoker.storage.s3 import NativeConfig, open_local
 from stoker.storage.shaping import PrefixShaper, prefix_of
 from stoker.storage.url import StorageUrl, redact_userinfo
@@ -40,28 +47,6 @@ from stoker.storage.url import StorageUrl, redact_userinfo
 T = TypeVar("T")
 
 _LIST_PAGE = 1000
-_XML_CODE = re.compile(r"<Code>([^<]+)</Code>")
-_XML_MESSAGE = re.compile(r"<Message>([^<]+)</Message>")
-_XML_REQUEST_ID = re.compile(r"<RequestId>([^<]+)</RequestId>")
-_HTTP_STATUS = re.compile(r"status code: (\d{3}[^:<]*)")
-
-
-def summarise_error(text: str) -> str:
-    """One line for an S3 error: the HTTP status, the XML error's code, message and request
-    id where the body has them (obstore's first line ends just before the body), else the
-    first line of the text."""
-    status = _HTTP_STATUS.search(text)
-    code = _XML_CODE.search(text)
-    if status is None or code is None:
-        return text.split("\n", 1)[0][:300]
-    message = _XML_MESSAGE.search(text)
-    request_id = _XML_REQUEST_ID.search(text)
-    line = f"HTTP {status.group(1).strip()}: {code.group(1)}"
-    if message:
-        line += f": {message.group(1)}"
-    if request_id:
-        line += f" (request id {request_id.group(1)})"
-    return line[:400]
 
 
 class _RangeBeyondEnd(Exception):
@@ -150,6 +135,21 @@ class ObstoreStore(BlockingForms):
             self._native = open_local(Path(self._url.prefix), create=create)
         return self._native
 
+    def _raw_lister(self, exc: Exception) -> RootedLister:
+        # obstore refused a listing page over one key it cannot parse: list past it with
+        # signed requests of our own, or re-raise (naming the key) if we cannot sign.
+        key = invalid_key_in(exc)
+        if key is None:
+            raise exc
+        lister = RawLister.for_store(self._native, timeout_s=self._options.timeout_s)
+        if lister is None:
+            raise StorageError(
+                f"the listing holds a key that cannot be read, {key!r}; listing past it needs "
+                f"an S3 store with credentials from storage_options, the environment or a "
+                f"profile"
+            ) from exc
+        return RootedLister(lister, self._url.prefix if self._url.scheme == "s3" else "")
+
     def _missing(self) -> bool:
         # A local folder that does not exist lists as empty, as a bucket prefix would.
         return self._native is None and not Path(self._url.prefix).is_dir()
@@ -220,8 +220,7 @@ class ObstoreStore(BlockingForms):
         where = self._url.child(path) if path else self.url
         kind = classify(exc)
         text = str(exc)
-        code_match = _XML_CODE.search(text)
-        code = code_match.group(1) if code_match else None
+        code = error_code(text)
         if kind == "not_found":
             if code == "NoSuchBucket" or "NoSuchBucket" in text:
                 return BucketNotFoundError(
@@ -371,8 +370,15 @@ class ObstoreStore(BlockingForms):
             return
         last: builtins.list[str | None] = [None]
         current: builtins.list[Any] = [None]
+        raw: builtins.list[Any] = [None, False]  # RootedLister once obstore refused; done
 
         async def next_page() -> builtins.list[ObjectMeta] | None:
+            if raw[0] is not None:  # read past a key obstore cannot parse: every key as is
+                if raw[1]:
+                    return None
+                page = await raw[0].page(prefix, start_after=last[0], delimiter=False)
+                raw[1] = not page.truncated
+                return page.objects if page.objects or page.truncated else None
             # A failed page restarts the listing after the last key already yielded.
             if current[0] is None:
                 stream = obs.list(
@@ -383,9 +389,10 @@ class ObstoreStore(BlockingForms):
                 return [_meta(m) for m in await current[0].__anext__()]
             except StopAsyncIteration:
                 return None
-            except Exception:
+            except Exception as exc:
                 current[0] = None
-                raise
+                raw[0] = self._raw_lister(exc)
+                return await next_page()
 
         while (page := await self._request("list", prefix, next_page)) is not None:
             if page:
@@ -397,7 +404,10 @@ class ObstoreStore(BlockingForms):
             return Listing(prefixes=[], objects=[])
 
         async def attempt() -> Listing:
-            raw = await obs.list_with_delimiter_async(self._store(), prefix.strip("/") or None)
+            try:
+                raw = await obs.list_with_delimiter_async(self._store(), prefix.strip("/") or None)
+            except Exception as exc:
+                return await self._raw_lister(exc).level(prefix)
             return Listing(
                 prefixes=[p.rstrip("/") for p in raw["common_prefixes"]],
                 objects=[_meta(m) for m in raw["objects"]],

@@ -156,6 +156,36 @@ def classify(exc: BaseException) -> ErrorKind:
     return "other"
 
 
+_XML_CODE = re.compile(r"<Code>([^<]+)</Code>")
+_XML_MESSAGE = re.compile(r"<Message>([^<]+)</Message>")
+_XML_REQUEST_ID = re.compile(r"<RequestId>([^<]+)</RequestId>")
+_HTTP_STATUS = re.compile(r"status code: (\d{3}[^:<]*)")
+
+
+def summarise_error(text: str) -> str:
+    """One line for an S3 error: the HTTP status, the XML error's code, message and request
+    id where the body has them (obstore's first line ends just before the body), else the
+    first line of the text."""
+    status = _HTTP_STATUS.search(text)
+    code = _XML_CODE.search(text)
+    if status is None or code is None:
+        return text.split("\n", 1)[0][:300]
+    message = _XML_MESSAGE.search(text)
+    request_id = _XML_REQUEST_ID.search(text)
+    line = f"HTTP {status.group(1).strip()}: {code.group(1)}"
+    if message:
+        line += f": {message.group(1)}"
+    if request_id:
+        line += f" (request id {request_id.group(1)})"
+    return line[:400]
+
+
+def error_code(text: str) -> str | None:
+    """The ``<Code>`` of an S3 XML error in ``text``, if it has one."""
+    match = _XML_CODE.search(text)
+    return match.group(1) if match else None
+
+
 def retry_after_s(exc: BaseException) -> float | None:
     """The server's ``Retry-After`` in seconds, if the error carries one."""
     value = getattr(exc, "retry_after_s", None)

@@ -9,7 +9,7 @@ import errno
 import os
 from pathlib import Path
 
-from stoker.storage.base import ObjectMeta
+from stoker.storage.base import ObjectMeta, key_problem
 from stoker.storage.checksum import etag_matches, md5_file, md5_hex
 from stoker.storage.files import regular_file_size
 from stoker.storage.transfer.config import TransferConfig
@@ -23,17 +23,14 @@ def safe_local_path(root: Path, key: str) -> Path:
 
     Raises:
         ValueError: The key is absolute, has ``.``, ``..`` or empty segments, or contains a
-            NUL byte.
+            control character (NUL, newline, ...).
     """
-    parts = key.split("/")
-    if (
-        not key
-        or "\x00" in key
-        or any(p in ("", ".", "..") for p in parts)
-        or (os.sep != "/" and os.sep in key)
-    ):
-        raise ValueError(f"object key {key!r} cannot be a local file name (unsafe path)")
-    return root.joinpath(*parts)
+    problem = key_problem(key)
+    if problem is None and os.sep != "/" and os.sep in key:
+        problem = f"has {os.sep!r}"
+    if problem is not None:
+        raise ValueError(f"object key {key!r} cannot be a local file name (unsafe path: {problem})")
+    return root.joinpath(*key.split("/"))
 
 
 def partial_path(path: Path) -> Path:
