@@ -49,6 +49,9 @@ def env(s3_bucket) -> dict[str, str]:
         ["doctor", "{typo}"],
         ["rm", "--yes", "{typo}"],
         ["download", "{typo}", "{out}"],
+        ["cache", "info", "{typo}"],
+        ["cache", "verify", "{typo}"],
+        ["cache", "clear", "{typo}"],
     ],
     ids=lambda argv: "-".join(a for a in argv if "{" not in a),
 )
@@ -56,7 +59,7 @@ def test_a_mistyped_local_path_is_named_and_never_created(tmp_path: Path, argv) 
     typo, out = tmp_path / "no" / "such-folder", tmp_path / "out"
     args = [a.format(typo=typo, out=out) for a in argv]
     result = CliRunner().invoke(cli, args)
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == (2 if argv[0] == "cache" else 1), result.output
     assert "such-folder" in result.output
     assert "Traceback" not in result.output
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing made, out/ included

@@ -10,7 +10,7 @@ from stoker.cli.common import handle_errors
 from stoker.core.units import format_bytes
 from stoker.storage import DiskCache
 
-_DIRECTORY = click.argument("directory", type=click.Path(file_okay=False))
+_DIRECTORY = click.argument("directory", type=click.Path(file_okay=False, exists=True))
 
 
 def _open(directory: str) -> DiskCache:
