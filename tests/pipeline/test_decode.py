@@ -46,7 +46,8 @@ def test_small_target_decodes_at_a_reduced_dct_scale(monkeypatch: pytest.MonkeyP
 
 
 @pytest.mark.skipif(not roi_decoding(), reason="stoker._jpegroi was not built")
-def test_the_region_decoder_uses_the_same_dct_scale() -> None:
+def test_the_region_decoder_uses_the_same_dct_scale(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(decode, "_ROI_MIN_PIXELS", 0)  # 200x150 at 1/8: small, but region
     jpegroi = decode._roi_decoder()
     calls = []
     real = jpegroi.decode

@@ -59,6 +59,17 @@ class Box:
         return CropPlan(box, self.size, self.flip)
 
 
+#: Where the Loader uses the region decoder (small images and regions that save little are
+#: decoded whole): the tests below take every region through it, except where they say.
+WHERE_IT_SAVES = (decode._ROI_MIN_PIXELS, decode._ROI_MAX_BOTTOM, decode._ROI_MAX_WIDTH)
+
+
+@pytest.fixture(autouse=True)
+def every_region(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(decode, "_ROI_MIN_PIXELS", 0)
+    monkeypatch.setattr(decode, "_ROI_MAX_BOTTOM", 2.0)
+
+
 def _photo(width: int, height: int, seed: int = 0) -> np.ndarray:
     """Smooth gradients, edges and noise: every 8x8 block differs."""
     rng = np.random.default_rng(seed)
@@ -295,3 +306,36 @@ def test_the_extension_is_built_where_a_compiler_is() -> None:
     # broken build would only show as slower decoding: here it fails.
     assert importlib.util.find_spec("stoker._jpegroi") is not None
     assert roi_decoding()
+
+
+@needs_roi
+@pytest.mark.parametrize(
+    ("size", "box", "region"),
+    [
+        # Output as large as the image: no DCT scale.
+        ((240, 180), Box(0.2, 0, 0.6, 0.2, (480, 480)), False),  # under 256 x 256: whole
+        ((640, 480), Box(0.2, 0, 0.6, 0.2, (480, 480)), True),  # above the bottom rows
+        ((640, 480), Box(0.0, 0.5, 0.9, 1.0, (480, 480)), False),  # to the bottom, 90 % wide
+        ((640, 480), Box(0.0, 0.5, 0.5, 1.0, (480, 480)), True),  # to the bottom, half wide
+    ],
+)
+def test_the_region_decoder_is_used_where_it_saves(
+    size: tuple[int, int], box: Box, region: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in zip(
+        ("_ROI_MIN_PIXELS", "_ROI_MAX_BOTTOM", "_ROI_MAX_WIDTH"), WHERE_IT_SAVES, strict=True
+    ):
+        monkeypatch.setattr(decode, name, value)
+    calls = []
+    real = decode._roi_decoder()
+
+    class Spy:
+        def decode(self, *args: object) -> object:
+            calls.append(args[2])
+            return real.decode(*args)
+
+    monkeypatch.setattr(decode, "_roi_decoder", Spy)
+    data = _encode(_photo(*size))
+    image = decode_planned(data, box, random.Random(0))
+    assert bool(calls) == region
+    assert image.shape[2] == 3

@@ -166,12 +166,18 @@ def _decode_roi(
     """Only the rows and (iMCU-widened) columns of ``bounds``, with ``bounds`` in them; None
     where the whole-image decoder must answer."""
     decoder = _roi_decoder()
-    # A file that does not end in EOI (truncated, or trailing bytes) is decoded whole: the
-    # region decode stops at the crop's last row, so it would not see a missing end.
-    if decoder is None or bytes(data[-2:]) != b"\xff\xd9":
-        return None
     num, denom, width, height = scale
     x0, y0, x1, y1 = bounds
+    # Small images and regions reaching the bottom across most of the width save too little
+    # to pay for the region decoder's own setup: measured on 150x150 photos it cost 1.15x a
+    # whole decode, on 500x375 ones 0.82x (0.95x where the crop reaches the bottom).
+    saves = y1 < _ROI_MAX_BOTTOM * height or x1 - x0 < _ROI_MAX_WIDTH * width
+    if decoder is None or width * height < _ROI_MIN_PIXELS or not saves:
+        return None
+    # A file that does not end in EOI (truncated, or trailing bytes) is decoded whole: the
+    # region decode stops at the crop's last row, so it would not see a missing end.
+    if bytes(data[-2:]) != b"\xff\xd9":
+        return None
     rows = np.empty((y1 - y0, width, 3), dtype=np.uint8)
     try:
         x_offset, region_w = decoder.decode(data, (num, denom), (width, height), bounds, rows)
@@ -181,6 +187,13 @@ def _decode_roi(
         logger.debug("region decode failed (%s); decoding the whole image", exc)
         return None
     return rows[:, :region_w], (x0 - x_offset, 0, x1 - x_offset, y1 - y0)
+
+
+#: Scaled pixels below which a JPEG is decoded whole (the region decoder's setup costs more
+#: than it saves), and the bottom row and width fractions of a region that save too little.
+_ROI_MIN_PIXELS = 256 * 256
+_ROI_MAX_BOTTOM = 0.95
+_ROI_MAX_WIDTH = 0.8
 
 
 @functools.cache
