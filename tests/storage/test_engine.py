@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import signal
 import subprocess
 import sys
 import textwrap
@@ -152,3 +153,38 @@ def test_abort_wakes_a_caller_stuck_on_a_request(s3_bucket, proxy) -> None:
         engine.run(store.get_async("k"))
     engine.close(timeout_s=30.0)
     assert engine.closed
+
+
+def test_ctrl_c_in_run_cancels_the_stuck_request_and_the_engine_goes_on(s3_bucket, proxy) -> None:
+    """KeyboardInterrupt while run() waits on a stalled request: the request is cancelled
+    (nothing left for close() to wait for) and the engine still serves (a notebook)."""
+    s3_bucket.store().put("k", b"x" * 10_000)
+    proxy.set_faults(FaultConfig(fault_rate=1.0, kinds=("stall",)))
+    engine = IOEngine()
+    options = s3_bucket.options(proxy.endpoint)
+    store = open_store(s3_bucket.url, storage_options=options, engine=engine)
+
+    def interrupt_once_stalled() -> None:
+        while proxy.stats().faults["stall"] == 0:  # an event, not a time
+            time.sleep(0.01)
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+
+    assert threading.current_thread() is threading.main_thread()
+    thread = threading.Thread(target=interrupt_once_stalled)
+    thread.start()
+    with pytest.raises(KeyboardInterrupt):
+        engine.run(store.get_async("k"))
+    thread.join()
+
+    async def pending() -> int:
+        for _ in range(1000):  # loop turns for the cancelled request to unwind
+            if not engine._pending:
+                break
+            await asyncio.sleep(0)
+        return len(engine._pending)
+
+    assert engine.run(pending()) == 0
+    assert not engine.aborted
+    proxy.set_faults(FaultConfig())
+    assert bytes(engine.run(store.get_async("k"))) == b"x" * 10_000
+    engine.close()

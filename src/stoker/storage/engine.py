@@ -96,9 +96,9 @@ class IOEngine:
         try:
             return future.result()
         except KeyboardInterrupt:
-            # Ctrl-C while waiting: stop this process's requests rather than leave them
-            # running (and the exit waiting for them).
-            self.abort()
+            # Ctrl-C while waiting: stop the requests in flight rather than leave them
+            # running (and an exit waiting for them); the engine stays usable (a notebook).
+            self.cancel_in_flight()
             raise
 
     def slot(self) -> asyncio.Semaphore:
@@ -141,6 +141,16 @@ class IOEngine:
         if self._aborted or self._closed:
             return
         self._aborted = True
+        self.cancel_in_flight()
+
+    def cancel_in_flight(self) -> None:
+        """Cancel every request in flight, native ones included; new ones may follow.
+
+        Their callers get ``CancelledError`` at once. Safe from any thread and from a signal
+        handler (it only schedules the cancellations).
+        """
+        if self._closed:
+            return
         with contextlib.suppress(RuntimeError):  # the loop is already closed
             self._loop.call_soon_threadsafe(self._cancel_everything)
 
