@@ -9,10 +9,12 @@ SeaweedFS refuses to store, is made by a relay that rewrites the server's listin
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import http.server
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -20,7 +22,7 @@ from click.testing import CliRunner
 
 from stoker.cli.main import cli
 from stoker.storage import open_store
-from stoker.storage.rawlist import RawLister
+from stoker.storage.rawlist import RawLister, RootedLister
 from stoker.testing.sigv4 import signed_request
 
 
@@ -178,3 +180,29 @@ def test_the_raw_lister_never_shows_the_secret(s3_bucket) -> None:
     lister = RawLister.for_store(store._native, timeout_s=5.0)  # type: ignore[attr-defined]
     assert lister is not None
     assert s3_bucket.options()["secret_access_key"] not in repr(lister)
+
+
+def test_the_fallback_listing_pages_through(s3_bucket, with_newline_key) -> None:
+    """Pages of 7 keys: by start-after (as list() reads on) and by continuation token (as a
+    one-level listing does) give every key once, in order."""
+    lister = RawLister.for_store(s3_bucket.store()._native, timeout_s=5.0)  # type: ignore[attr-defined]
+    assert lister is not None
+    rooted = RootedLister(replace(lister, max_keys=7), "p")
+    expected = (
+        [f"a/{i:02d}.txt" for i in range(30)]
+        + ["m\nkey.txt"]
+        + [f"z/{i:02d}.txt" for i in range(30)]
+    )
+
+    async def every_page() -> list[str]:
+        keys: list[str] = []
+        while True:
+            page = await rooted.page("", start_after=keys[-1] if keys else None, delimiter=False)
+            assert len(page.objects) <= 7
+            keys.extend(meta.key for meta in page.objects)
+            if not page.truncated:
+                return keys
+
+    assert asyncio.run(every_page()) == expected
+    level = asyncio.run(rooted.level("a"))
+    assert [meta.key for meta in level.objects] == expected[:30]

@@ -70,6 +70,7 @@ class RawLister:
     virtual_hosted: bool
     verify_ssl: bool
     timeout_s: float
+    max_keys: int = 1000
 
     @classmethod
     def for_store(cls, native: Any, *, timeout_s: float) -> RawLister | None:
@@ -99,8 +100,13 @@ class RawLister:
     def page(
         self, prefix: str, *, start_after: str | None, delimiter: bool, token: str | None = None
     ) -> RawPage:
-        """One page (up to 1000 keys) of the keys under ``prefix`` after ``start_after``."""
-        query = {"list-type": "2", "encoding-type": "url", "prefix": prefix}
+        """One page (up to ``max_keys``) of the keys under ``prefix`` after ``start_after``."""
+        query = {
+            "list-type": "2",
+            "encoding-type": "url",
+            "prefix": prefix,
+            "max-keys": str(self.max_keys),
+        }
         if delimiter:
             query["delimiter"] = "/"
         if token:
