@@ -109,6 +109,18 @@ def _open_loader(
     )
 
 
+def _order_model(loader: Loader) -> tuple[list[int], Any]:
+    """The shard sizes and order settings the loader's epochs really follow."""
+    from stoker.format.reader import ShardDataset
+    from stoker.pipeline.folder import FolderSource
+
+    source, dataset = loader.source, loader.dataset
+    if isinstance(source, FolderSource):  # one object per read: blocks of one
+        return [source.units()], source.order_for(loader.order_config)
+    sizes = [s.samples for s in dataset.shards] if isinstance(dataset, ShardDataset) else []
+    return sizes, loader.order_config
+
+
 @click.command("show")
 @click.argument("url")
 @click.option(
@@ -127,6 +139,9 @@ def show_command(
     """Write a 3x3 grid of decoded, transformed samples titled with their class names.
 
     The quick visual check of a pipeline: are the crops sensible, the labels right?
+
+    URL is a packed dataset, or a folder of class folders of images (a bucket prefix or a
+    local directory) streamed as it is, one GET per image (`stoker pack` makes it faster).
     """
     from stoker.profile.grid import save_sample_grid
 
@@ -204,6 +219,9 @@ def bench_command(
     of time a consumer would wait, peak memory, and the shuffle's quality (how far apart
     neighbours are, shards per batch) with its cost in GETs per epoch.
 
+    URL is a packed dataset, or a folder of class folders of images (a bucket prefix or a
+    local directory) streamed as it is, one GET per image (`stoker pack` makes it faster).
+
     With --compare, URL is a folder of small images instead, and the four usual ways to
     train on it are timed to the first batch and to the end of one epoch, with the same
     decoding: (a) download one by one, then train; (b) download in parallel, then train;
@@ -254,11 +272,8 @@ def bench_command(
         cache_dir=cache_dir,
     ) as loader:
         result = bench_loader(loader, max_batches=batches)
-        quality = shuffle_quality(
-            [s.samples for s in loader.dataset.shards],
-            config=loader.order_config,
-            batch_size=batch_size,
-        )
+        shard_sizes, order = _order_model(loader)
+        quality = shuffle_quality(shard_sizes, config=order, batch_size=batch_size)
     # One count of GETs: the run's (the order's model counts blocks, and reads merge
     # neighbouring blocks into one request).
     shuffle = quality.to_dict()
@@ -350,6 +365,9 @@ def doctor_command(
     or too few), decoding, your transform, or assembling batches; otherwise the model is
     (compute-bound). Prints concrete changes with values to try, writes a PNG (--out) and,
     with --trace, a Chrome trace of every stage on every thread.
+
+    URL is a packed dataset, or a folder of class folders of images (a bucket prefix or a
+    local directory) streamed as it is, one GET per image (`stoker pack` makes it faster).
     """
     from stoker.profile.advice import format_diagnosis
     from stoker.profile.doctor import diagnose

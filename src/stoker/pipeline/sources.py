@@ -32,9 +32,11 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from stoker.errors import BucketNotFoundError
 from stoker.format.reader import ShardDataset, open_dataset
 from stoker.format.sidetable import SideTable, open_side_table
 from stoker.pipeline.config import CacheConfig, SourceConfig
+from stoker.pipeline.folder import open_folder
 from stoker.pipeline.mixing import MixConfig, MixedOrder, mixed_epoch_order, source_counts
 from stoker.pipeline.order import EpochOrder, OrderConfig, epoch_order
 from stoker.pipeline.plan import block_size_for
@@ -45,6 +47,7 @@ from stoker.pipeline.windows import (
     window_records,
     window_starts,
 )
+from stoker.storage.base import Store
 from stoker.storage.cache import DiskCache
 from stoker.storage.cached import cache_reads
 from stoker.storage.open import open_store
@@ -53,6 +56,33 @@ from stoker.storage.open import open_store
 #: a gap. A gap is usually another block, read with its own group; reading it through too
 #: made an epoch read 1.4-1.8x its shards' bytes.
 LOADER_MAX_GAP_BYTES = 0
+
+
+class SourceDataset(Protocol):
+    """What the Loader and its tools use of a dataset a source reads: a packed
+    :class:`~stoker.format.reader.ShardDataset` or an unpacked folder's
+    :class:`~stoker.pipeline.folder.FolderDataset`."""
+
+    @property
+    def url(self) -> str:
+        """Where it is."""
+        ...
+
+    @property
+    def store(self) -> Store:
+        """Its store: counters, I/O engine and disk cache."""
+        ...
+
+    @property
+    def class_names(self) -> list[str]:
+        """Names of the labels, indexed by label."""
+        ...
+
+    def __len__(self) -> int: ...
+
+    def read_many(self, indices: Sequence[int]) -> list[dict[str, Any]]:
+        """Samples by number, in the order given."""
+        ...
 
 
 class Source(Protocol):
@@ -64,8 +94,8 @@ class Source(Protocol):
         ...
 
     @property
-    def datasets(self) -> list[ShardDataset]:
-        """The packed datasets read."""
+    def datasets(self) -> Sequence[SourceDataset]:
+        """The datasets read (packed, or an unpacked folder)."""
         ...
 
     @property
@@ -373,8 +403,14 @@ def open_source(
         cache: The disk cache (``cache.dir``) shared by every dataset and side table.
         page_bytes: The disk cache's page when ``cache.page_bytes`` leaves it unset.
 
+    A single location without a packed dataset's ``index.json`` that holds class folders
+    of images (bucket prefix or local directory) is streamed unpacked
+    (:mod:`stoker.pipeline.folder`).
+
     Raises:
         ValueError: A prebuilt source with a disk cache (it carries its own).
+        FileNotFoundError: A location with neither an index nor images (the message says
+            both ways on: pack it, or point at a folder of class folders).
     """
     if not isinstance(source, SourceConfig | str | os.PathLike | ShardDataset | Sequence):
         if cache is not None and cache.dir is not None:
@@ -382,6 +418,17 @@ def open_source(
         return source
     config = source if isinstance(source, SourceConfig) else SourceConfig(source)
     location = config.location
+    plain = config.mix is None and config.window is None and not config.side_tables
+    if plain and isinstance(location, str | os.PathLike):
+        try:
+            packed = open_dataset(location, storage_options=storage_options)
+        except BucketNotFoundError:
+            raise
+        except FileNotFoundError:  # no index: an image folder, or neither (said so)
+            return open_folder(
+                str(location), storage_options=storage_options, cache=cache, page_bytes=page_bytes
+            )
+        location = packed
     inputs: list[str | os.PathLike[str] | ShardDataset] = (
         [location] if isinstance(location, str | os.PathLike | ShardDataset) else list(location)
     )

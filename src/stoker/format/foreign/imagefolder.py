@@ -13,7 +13,7 @@ from stoker.format.foreign.base import Sample, SampleRef
 from stoker.format.foreign.locations import LocationReader, is_remote
 from stoker.format.spec import normalise_extension
 from stoker.storage import StorageOptions, open_store
-from stoker.storage.base import ObjectMeta
+from stoker.storage.base import ObjectMeta, Store
 from stoker.storage.files import regular_file_size
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff")
@@ -36,6 +36,8 @@ class ImageFolderReader:
         storage_options: See :func:`stoker.open_store`.
         on_error: ``"raise"`` stops at an empty class folder or a duplicate key;
             ``"skip"`` records it in :attr:`problems` and goes on.
+        store: The store rooted at a bucket ``location`` to list it with (its counters
+            then count the listing); default: one opened from ``location``.
     """
 
     def __init__(
@@ -44,14 +46,18 @@ class ImageFolderReader:
         *,
         storage_options: Mapping[str, Any] | StorageOptions | None = None,
         on_error: Literal["raise", "skip"] = "raise",
+        store: Store | None = None,
     ) -> None:
         self._location = location.rstrip("/")
+        self._store = store
         self._options = storage_options
         self._on_error = on_error
         self._files = LocationReader(storage_options)
         self._class_names: list[str] = []
         self._count = 0
         self.problems: list[dict[str, str]] = []
+        #: ETag of each listed object of a bucket, by key relative to the folder.
+        self.etags: dict[str, str | None] = {}
 
     @property
     def description(self) -> str:
@@ -121,7 +127,7 @@ class ImageFolderReader:
         return found, folders
 
     def _list_remote(self) -> tuple[list[tuple[str, int]], list[str]]:
-        store = open_store(self._location, storage_options=self._options)
+        store = self._store or open_store(self._location, storage_options=self._options)
         top = store.list_dir("")
         prefixes = list(top.prefixes)
 
@@ -142,6 +148,7 @@ class ImageFolderReader:
         for meta in metas:  # keys are relative to the store's root, the folder
             if meta.key.lower().endswith(IMAGE_EXTENSIONS):
                 found.append((meta.key, meta.size))
+                self.etags[meta.key] = meta.etag
         return found, [p.rsplit("/", 1)[-1] for p in prefixes]
 
     @property
