@@ -19,6 +19,8 @@ from PIL import Image
 
 from stoker.core.metrics import Stage, StageTotals
 from stoker.core.units import format_bytes
+from stoker.format.foreign.locations import is_remote
+from stoker.pipeline.folder import FolderSource, pack_command
 from stoker.pipeline.loader import Loader
 from stoker.pipeline.transforms import PlannedTransform
 
@@ -203,7 +205,12 @@ def _store_advice(d: Diagnosis, loader: Loader, advice_for: AdviceFor) -> list[s
         )
         + chosen,
     ]
-    if per_fetch < 4_000_000:
+    if isinstance(loader.source, FolderSource):  # one GET per image, whatever the blocks
+        advice.append(
+            f"Pack the folder: `{pack_command(loader.source.url)}` stores its images in "
+            "shards read with ranged GETs of many images each (now one GET per image)."
+        )
+    elif per_fetch < 4_000_000:
         bigger = max(loader.order_config.blocks * 4, 1)
         setting = _pick(
             advice_for, f"Loader(order=OrderConfig(block_size={bigger}))", f"--block-size {bigger}"
@@ -212,7 +219,8 @@ def _store_advice(d: Diagnosis, loader: Loader, advice_for: AdviceFor) -> list[s
             f"Bigger reads: {setting} (now {loader.order_config.blocks} samples per ranged "
             "GET) pays each round trip for more bytes."
         )
-    if loader.dataset.store.cache is None:
+    local_folder = isinstance(loader.source, FolderSource) and not is_remote(loader.source.url)
+    if loader.dataset.store.cache is None and not local_folder:  # local files: no cache
         cache = _pick(advice_for, "Loader(cache=CacheConfig(dir=...))", "--cache-dir DIR")
         advice.append(
             f"A disk cache: {cache} serves epochs after the first, and restarts, from local disk."
