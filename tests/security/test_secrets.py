@@ -181,6 +181,26 @@ def test_library_errors_with_a_wrong_secret_never_show_it(
     assert CANARY_TOKEN not in logged
 
 
+def _every_url_command(url: str, tmp_path: Path) -> list[list[str]]:
+    """Every command that opens a store at ``url`` (each fails before reading anything)."""
+    (tmp_path / "src" / "a").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "src" / "a" / "x.jpg").write_bytes(b"not read")
+    return [
+        ["ls", url],
+        ["ls", "-r", "--json", url],
+        ["download", "--json", url, str(tmp_path / "dst")],
+        ["upload", "--json", str(tmp_path / "src"), url],
+        ["pack", "--json", str(tmp_path / "src"), url],
+        ["inspect", "--json", url],
+        ["verify", "--json", url],
+        ["index", url],
+        ["show", url, "--out", str(tmp_path / "grid.png")],
+        ["bench", url, "--batches", "1"],
+        ["doctor", url, "--seconds", "1", "--out", str(tmp_path / "doctor")],
+        ["rm", "--yes", url],
+    ]
+
+
 @pytest.mark.parametrize(
     ("text", "where"),
     [
@@ -204,28 +224,32 @@ def test_a_malformed_credentials_file_is_named_never_quoted(
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(credentials))
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
-    result = CliRunner().invoke(cli, ["-vv", "ls", "s3://bucket/"])
-    assert result.exit_code != 0
-    everything = _everything(result, caplog)
-    assert CANARY not in everything
-    assert str(credentials) in everything
-    assert where in everything
+    for command in _every_url_command("s3://bucket/ds", tmp_path):
+        caplog.clear()
+        result = CliRunner().invoke(cli, ["-vv", *command])
+        assert result.exit_code != 0, command
+        everything = _everything(result, caplog)
+        assert CANARY not in everything, command
+        assert str(credentials) in everything, command
+        assert where in everything, command
     with pytest.raises(CredentialsError) as caught:
         open_store("s3://bucket/").list_dir("")
     assert CANARY not in _error_text(caught.value)
 
 
-def test_a_password_in_the_endpoint_url_is_never_shown(caplog: pytest.LogCaptureFixture) -> None:
+def test_a_password_in_the_endpoint_url_is_never_shown(
+    caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
     caplog.set_level(logging.DEBUG)
     endpoint = f"http://user:{CANARY}@127.0.0.1:9"  # nothing listens on the discard port
     env = {"AWS_ACCESS_KEY_ID": "a", "AWS_SECRET_ACCESS_KEY": "b", "AWS_REGION": "us-east-1"}
-    result = CliRunner().invoke(
-        cli, ["-vv", "--endpoint-url", endpoint, "ls", "s3://bucket/"], env=env
-    )
-    assert result.exit_code != 0
-    everything = _everything(result, caplog)
-    assert CANARY not in everything
-    assert "http://***@127.0.0.1:9" in everything  # the endpoint is still named
+    for command in _every_url_command("s3://bucket/ds", tmp_path):
+        caplog.clear()
+        result = CliRunner().invoke(cli, ["-vv", "--endpoint-url", endpoint, *command], env=env)
+        assert result.exit_code != 0, command
+        everything = _everything(result, caplog)
+        assert CANARY not in everything, command
+        assert "http://***@127.0.0.1:9" in everything, command  # the endpoint is still named
     options = StorageOptions(endpoint_url=endpoint, access_key_id="a", secret_access_key="b")
     assert CANARY not in repr(options)
     assert CANARY not in repr(open_store("s3://bucket/", storage_options=options))
