@@ -10,6 +10,8 @@ method reads through it, cold, on this machine's cores:
   OpenCV's bilinear resize, all cores, no I/O (the issue 16 reference row);
 - in RAM, stoker's decode: the same with stoker's ``decode_planned`` (DCT scaling);
 - stoker: the Loader on its defaults (autotune on) in its own process, packed shards;
+- stoker, unpacked folder: the same Loader pointed at the uploaded photos themselves
+  (class folders, no pack step): one listing, then one GET per image;
 - tf.data: TFRecord shards of the same photos downloaded in parallel to local disk, then
   TensorFlow's data performance guide's pipeline (see loader_children.py), own process;
 - per-object DataLoader: torch DataLoader(num_workers=2), one boto3 GET per sample;
@@ -28,6 +30,7 @@ for the DataLoaders. The end of the output checks issue 16's acceptance bounds.
     pip install -e '.[bench,test]' && apt-get install mate-backgrounds
     python benchmarks/loader.py                    # both sets, every method, ~25 minutes
     python benchmarks/loader.py --methods acceptance   # in-RAM rows, stoker and tf.data
+    python benchmarks/loader.py --methods folder   # stoker on the shards and on the folder
     python benchmarks/loader.py --quick            # 1,500 photos a set, one round: a smoke run
 
 Writes benchmarks/out/loader.json and benchmarks/out/loader.md.
@@ -156,6 +159,14 @@ class Bench:
         result["data_bytes"] = self.prep.shard_bytes
         return result
 
+    def stoker_folder(self) -> dict[str, Any]:
+        """The Loader on the unpacked photos (class folders): one GET per image."""
+        url = f"s3://{BUCKET}/{self.prep.key}/raw"
+        command = ["stoker", url, self.prep.transform, str(self.args.images)]
+        result = self.counted(lambda: self.child(command), whole=False)
+        result["data_bytes"] = self.prep.raw_bytes
+        return result
+
     def tfdata(self) -> dict[str, Any]:
         local = self.scratch / f"{self.prep.key}-tfrecord"
         command = [
@@ -250,13 +261,15 @@ METHOD_SETS = {
         "limit_full",
         "limit_planned",
         "stoker",
+        "stoker_folder",
         "tfdata",
         "per_object",
         "download_folder",
         "webdataset",
     ],
     "acceptance": ["limit_full", "limit_planned", "stoker", "tfdata"],
-    "stoker": ["limit_full", "limit_planned", "stoker"],
+    "stoker": ["limit_full", "limit_planned", "stoker", "stoker_folder"],
+    "folder": ["stoker", "stoker_folder"],
 }
 
 

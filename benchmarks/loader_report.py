@@ -10,6 +10,7 @@ NAMES = {
     "limit_full": "in RAM, no I/O: simplejpeg full decode + OpenCV resize",
     "limit_planned": "in RAM, no I/O: stoker's decode (DCT scaling)",
     "stoker": "stoker, defaults",
+    "stoker_folder": "stoker, unpacked folder (a GET per image)",
     "tfdata": "tf.data: TFRecords downloaded in parallel, guide's pipeline",
     "per_object": "DataLoader, per-object GETs",
     "download_folder": "download, then folder DataLoader",
@@ -175,6 +176,14 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> tuple[str, list
             lines.append(
                 f"| {name} | {transform} | stoker's autotune ended on | "
                 f"{s['threads']} threads, prefetch {s['prefetch']} ({s['autotune']}) |"
+            )
+        if "stoker" in r and "stoker_folder" in r:
+            packed, folder = r["stoker"], r["stoker_folder"]
+            speedup = packed["images_per_s"] / folder["images_per_s"]
+            lines.append(
+                f"| {name} | {transform} | stoker on packed shards / on the unpacked folder: "
+                f"images/s, first batch s | {speedup:.2f}x, "
+                f"{packed['first_batch_s']:.2f} vs {folder['first_batch_s']:.2f} |"
             )
         for method, label in (("tfdata", "tf.data's download"), ("download_folder", "download")):
             if method in r:
