@@ -119,10 +119,12 @@ class BatchAssembler:
         self._pool: ThreadPoolExecutor | None = None
         self._pools_made = 0
         self._processes: ProcessDecoder | None = None
+        self._depth = 1  # batches decoding at once (start_workers says)
         self.arrays = BatchArrays(keep=4)
 
     def start_workers(self, *, batch_size: int, depth: int) -> None:
-        """Start the thread pool (and worker processes) unless running.
+        """Start the thread pool unless running (worker processes start with the first
+        batch, which sizes their shared memory).
 
         Args:
             batch_size: Most samples per batch.
@@ -132,17 +134,30 @@ class BatchAssembler:
             self._pool = self._new_pool()
         # Every batch decoding, the one the consumer holds, and one more.
         self.arrays.keep = depth + 2
-        if self.method == "process" and self._processes is None:
-            frames = math.prod(self.unit_shape)
-            fixed = self._fixed
-            self._processes = ProcessDecoder(
-                self.decoder,
-                processes=self.threads,
-                slots=depth + 1,
-                batch_size=batch_size,
-                sample_bytes=frames * (fixed[0] * fixed[1] * 3 if fixed else DEFAULT_SAMPLE_BYTES),
-                queue_depth=(depth + 1) * self.threads,
-            )
+        self._depth = depth
+
+    def _start_processes(self, ids: np.ndarray, raw: list[dict[str, Any]], epoch: int) -> None:
+        """Start the worker processes, their shared memory sized by the first real batch:
+        its length (an epoch of fewer samples than ``batch_size`` needs less), and each
+        sample's output size (the transform's, or else the first sample's, decoded here)."""
+        frames = math.prod(self.unit_shape)
+        fixed = self._fixed
+        sample_bytes = frames * fixed[0] * fixed[1] * 3 if fixed else DEFAULT_SAMPLE_BYTES
+        if not fixed and raw:
+            try:
+                value = self.decoder(int(ids[0]), epoch, raw[0])
+            except Exception:  # the workers decode it again and report it, traceback and all
+                value = None
+            if isinstance(value, np.ndarray):
+                sample_bytes = max(value.nbytes, 1)
+        self._processes = ProcessDecoder(
+            self.decoder,
+            processes=self.threads,
+            slots=self._depth + 1,
+            batch_size=max(len(raw), 1),
+            sample_bytes=sample_bytes,
+            queue_depth=(self._depth + 1) * self.threads,
+        )
 
     def resize(self, threads: int) -> None:
         """Decode with ``threads`` threads from the next batch on (thread mode)."""
@@ -165,6 +180,8 @@ class BatchAssembler:
         fixed = self._fixed
         out = self.arrays.take((len(raw), *self.unit_shape, *fixed, 3)) if fixed else None
         slices = slice_batch(len(raw), self.threads)
+        if self.method == "process" and self._processes is None:
+            self._start_processes(ids, raw, epoch)
         if self._processes is not None:
             slot = self._processes.acquire_slot()
             numbers = [

@@ -190,7 +190,9 @@ def _worker_main(
             out: list[tuple[int, str, Any]] = []
             for position, index, fields in task.items:
                 place = None
-                if arena is not None:
+                if arena is not None and (position + 1) * sample_bytes <= slot_bytes:
+                    # A batch larger than its slot (the arena was sized by the first) sends
+                    # the rest inline.
                     offset = task.slot * slot_bytes + position * sample_bytes
                     place = memoryview(arena)[offset : offset + sample_bytes]
                 try:
@@ -222,7 +224,8 @@ class ProcessDecoder:
         decoder: What each worker runs per sample (pickled once per worker).
         processes: Number of worker processes.
         slots: Batches that may be in flight at once.
-        batch_size: Samples per batch (arena room per slot).
+        batch_size: Samples per slot of the arena (results of a larger batch's further
+            samples come back inline).
         sample_bytes: Arena room per sample (the output size, if known).
         queue_depth: Bound of the task queue.
     """
