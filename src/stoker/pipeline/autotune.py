@@ -12,7 +12,9 @@ and ``min_batches`` batches) the tuner judges the last one:
    (1 to 4, then powers of two and the CPU count itself on a bigger machine), then climb
    from the best one to its untried neighbours while one of them is better (above the CPU
    count, a count must beat the best by ``min_gain``: extra threads cost memory and
-   contend with the I/O thread). Last, the best two are measured once more, the current
+   contend with the I/O thread), and try any untried count between measured ones next to
+   a count within 5 % of the best (noise on a plateau can make its far end look best and
+   hide a peak at its near end). Last, the best two are measured once more, the current
    one first, so that one disturbed window (a cold start, another process) does not
    decide: a count's rate is the best of its windows, since a disturbance only ever slows
    one. The first count measured is measured again too (a loader's first seconds run slow).
@@ -40,6 +42,11 @@ logger = logging.getLogger(__name__)
 
 # I/O-bound windows in a row, at the most prefetch allowed, after which tuning stops.
 _MAX_IO_WINDOWS = 5
+
+
+#: Counts whose rate is within this fraction of the best are on its plateau: their
+#: neighbours are tried too (window noise is up to a few per cent).
+_PLATEAU = 0.05
 
 
 def default_threads() -> int:
@@ -250,11 +257,19 @@ class Autotuner:
         untried = [n for n in self._sweep if n not in self.rates]
         if untried:
             return min(untried, key=lambda n: (abs(n - current), n))
-        # 2. Climb: the best count's untried neighbours.
+        # 2. Climb: the best count's untried neighbours; then any untried count between
+        # measured ones next to a count within noise of the best (on a plateau, noise can
+        # make its far end look best and hide a peak in a gap at its near end).
         best = self.best()
         for n in (best + 1, best - 1):
             if 1 <= n <= self.max_threads and n not in self.rates:
                 return n
+        low, high = min(self.rates), max(self.rates)
+        near = [n for n in self.rates if self.score(n) >= (1 - _PLATEAU) * self.score(best)]
+        for n in sorted(near, key=lambda n: (abs(n - best), n)):
+            for m in (n + 1, n - 1):
+                if low < m < high and m not in self.rates:
+                    return m
         # 3. Confirm: the best two and the first measured (early windows run slow) measured
         # twice, the current one first.
         ranked = sorted(sorted(self.rates), key=self.score, reverse=True)[:2]
