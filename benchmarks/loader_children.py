@@ -32,6 +32,15 @@ SIZE = 224
 
 
 def _peak_rss_mb() -> float:
+    # VmHWM is this process's own peak. ru_maxrss is not: Linux carries it over exec from
+    # the forked parent, so every child reported the parent's ~1 GB (the in-RAM sets).
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
