@@ -67,7 +67,8 @@ def _decode_bound(**changes: Any) -> Diagnosis:
 
 def test_settled_autotune_is_not_contradicted(small: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(os, "cpu_count", lambda: 8)
-    with Loader(small, batch_size=8, transform=RandomResizedCrop(16)) as loader:
+    tuned = DecodeConfig(threads="auto")  # thread tuning is opt-in
+    with Loader(small, batch_size=8, transform=RandomResizedCrop(16), decode=tuned) as loader:
         # Autotune tried more threads and came back to 3: that is what the run chose.
         tuner = loader._tuner
         tuner.threads = loader.num_threads = 3

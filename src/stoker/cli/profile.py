@@ -57,7 +57,7 @@ _with_loader_options = with_options(
         ),
         click.option("--batches", type=click.IntRange(1), help="Run only this many batches."),
         click.option(
-            "--threads", type=click.IntRange(1), help="Decode threads (default: autotuned)."
+            "--threads", type=click.IntRange(1), help="Decode threads (default: one per CPU)."
         ),
         click.option(
             "--prefetch",
@@ -102,7 +102,7 @@ def _open_loader(
         seed=seed,
         transform=_transform(transform_kind, size),
         order=OrderConfig(block_size=block_size) if block_size is not None else None,
-        decode=DecodeConfig(threads=threads or "auto"),
+        decode=DecodeConfig(threads=threads or "cpus"),
         prefetch=prefetch or "auto",
         cache=CacheConfig(dir=cache_dir),
         storage_options=_storage(ctx),

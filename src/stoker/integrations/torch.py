@@ -162,7 +162,7 @@ class StokerIterableDataset(IterableDataset[dict[str, Any]]):
         if info is not None:
             options["world"] = replace(world, worker=info.id, num_workers=info.num_workers)
             decode = options.get("decode")
-            if decode is None or decode.threads == "auto":
+            if decode is None or decode.threads in ("cpus", "auto"):
                 # A worker process is one of several: one decode thread each by default.
                 options["decode"] = replace(decode or DecodeConfig(), threads=1)
         with Loader(self.opened(), batch_size=self.batch_size, **options) as loader:

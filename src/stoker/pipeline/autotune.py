@@ -76,7 +76,7 @@ class AutotuneConfig:
     max_threads: int | None = None
     max_buffer_bytes: int = 512 << 20
     window_s: float = 1.0
-    min_batches: int = 12
+    min_batches: int = 6
     min_gain: float = 0.02
     fetch_wait_share: float = 0.05
     io_bound_share: float = 0.15
@@ -108,6 +108,7 @@ class Autotuner:
         tune_prefetch: Whether prefetch may change.
         config: Budgets and pace.
         cpus: CPU count the sweep covers (default ``os.cpu_count()``).
+        in_flight: Batches decoding at once: after a change, as many are skipped.
     """
 
     def __init__(
@@ -120,8 +121,10 @@ class Autotuner:
         tune_prefetch: bool,
         config: AutotuneConfig | None = None,
         cpus: int | None = None,
+        in_flight: int = 1,
     ) -> None:
         self.config = config or AutotuneConfig()
+        self.in_flight = in_flight
         self.cpus = cpus or os.cpu_count() or 1
         self.max_threads = self.config.max_threads or 2 * self.cpus
         self.max_prefetch = max(1, int(self.config.max_buffer_bytes // max(group_bytes, 1.0)))
@@ -171,8 +174,9 @@ class Autotuner:
         started, samples_then, waited_then = self._window_start
         elapsed = now - started
         if self._settling and not self._cold:
-            # After a change only the batches already under way mix both settings.
-            if self._batches < max(1, self.config.min_batches // 4):
+            # After a change only the batches already under way mix both settings: skip
+            # them (they were decoding under the old one and come out fast or slow).
+            if self._batches < max(1, self.config.min_batches // 4, self.in_flight):
                 return
         elif elapsed < self.config.window_s or self._batches < self.config.min_batches:
             return

@@ -38,9 +38,13 @@ class DecodeConfig:
     """How samples are decoded and transformed.
 
     Attributes:
-        threads: Decode threads (or processes, with ``method="process"``), or ``"auto"``:
-            start at the CPU count and let the autotuner
-            (:mod:`stoker.pipeline.autotune`) adjust them.
+        threads: Decode threads (or processes, with ``method="process"``); ``"cpus"``
+            (the default): one per CPU; ``"auto"``: start there and let the autotuner
+            (:mod:`stoker.pipeline.autotune`) measure other counts. Not the default: on a
+            2-core machine its windows measured 1,169 to 2,298 images/s for a pipeline that
+            runs 1,500-1,590 at any fixed count near the CPU count (queues filled under
+            one count drain under the next), and one epoch of set a ran 0.90-0.95x the
+            fixed count's speed while it searched.
         method: Decode in ``"thread"``s (the decoders release the GIL) or in worker
             ``"process"``es, for transforms written in Python that hold the GIL. Processes
             start with spawn, so the transform must be picklable (a module-level function
@@ -52,14 +56,16 @@ class DecodeConfig:
             listed in :meth:`stoker.Loader.stats`; its batch is one shorter).
     """
 
-    threads: int | Literal["auto"] = "auto"
+    threads: int | Literal["cpus", "auto"] = "cpus"
     method: Literal["thread", "process"] = "thread"
     max_pixels: int = DEFAULT_MAX_PIXELS
     on_error: Literal["raise", "skip"] = "raise"
 
     def __post_init__(self) -> None:
-        if self.threads != "auto" and (not isinstance(self.threads, int) or self.threads < 1):
-            raise ValueError(f"threads must be >= 1 or 'auto', got {self.threads!r}")
+        if self.threads not in ("cpus", "auto") and (
+            not isinstance(self.threads, int) or self.threads < 1
+        ):
+            raise ValueError(f"threads must be >= 1, 'cpus' or 'auto', got {self.threads!r}")
         if self.method not in ("thread", "process"):
             raise ValueError(f"method must be 'thread' or 'process', got {self.method!r}")
         if self.max_pixels < 1:

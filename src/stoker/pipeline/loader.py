@@ -157,6 +157,7 @@ class Loader:
             tune_threads=decode.threads == "auto" and decode.method == "thread",
             tune_prefetch=prefetch == "auto",
             config=autotune,
+            in_flight=self._decode_depth,
         )
         self._prefetcher = Prefetcher(
             self.source, stages=self.stages, memory_bytes=cache.memory_bytes
