@@ -1,12 +1,14 @@
-"""Autotune against a hand-picked sweep: is ``threads="auto", prefetch="auto"`` near the best?
+"""Autotune against a hand-picked sweep: are the Loader's defaults near the best?
 
 On the two datasets of ``loader.py`` (real photos, in SeaweedFS behind the 20 ms / 1 Gbit/s
 proxy; set a with RandomResizedCrop(224) + flip, set b with Resize(224x224) + flip),
-stream two epochs (``--epochs``) of batches of 256 with every combination of decode threads and
-prefetch depth in the grid, each in a fresh process with a cold store connection, then
-once more with both on "auto". A setting's rate is its images/s over the second half of
-its run (for auto: from where it settled, if that came later), so that the comparison is
-of what autotune settles on, against the best fixed setting (issue 16: at least 0.95x).
+stream two epochs (``--epochs``) of batches of 256 with every combination of decode
+threads and prefetch depth in the grid, each in a fresh process with a cold store
+connection, then once more on the Loader's defaults (``threads="cpus"``, one per CPU, and
+``prefetch="auto"``; ``--auto-threads`` makes it ``threads="auto"``, the opt-in thread
+tuner). A setting's rate is its images/s over the second half of its run (for auto: from
+where it settled, if that came later), so that the comparison is of what autotune settles
+on, against the best fixed setting (issue 16: at least 0.95x).
 Each run's bytes and requests are the proxy's counts, per epoch.
 
     pip install -e '.[bench]' scikit-image
@@ -44,7 +46,7 @@ loader = Loader(
     url,
     batch_size=256,
     transform=transform,
-    decode=DecodeConfig(threads=threads if threads == "auto" else int(threads)),
+    decode=DecodeConfig(threads=threads if threads in ("auto", "cpus") else int(threads)),
     prefetch=prefetch if prefetch == "auto" else int(prefetch),
 )
 total = images or epochs * len(loader.dataset)
@@ -157,6 +159,11 @@ def main() -> int:
     parser.add_argument("--prefetch", default="2,8")
     parser.add_argument("--rtt-ms", type=float, default=20.0)
     parser.add_argument(
+        "--auto-threads",
+        action="store_true",
+        help='the last run tunes threads too (threads="auto") instead of the default, one per CPU',
+    )
+    parser.add_argument(
         "--quick", action="store_true", help="a smoke run: 1,500 photos, threads 1,2, prefetch 2"
     )
     args = parser.parse_args()
@@ -201,7 +208,8 @@ def main() -> int:
                             f"({time.perf_counter() - started:.0f} s)",
                             flush=True,
                         )
-                auto = run_one(url, prep.transform, args, "auto", "auto", env, proxy)
+                threads = "auto" if args.auto_threads else "cpus"
+                auto = run_one(url, prep.transform, args, threads, "auto", env, proxy)
                 print(f"[{name}] auto: {auto['tail_images_per_s']:.0f} images/s", flush=True)
                 for line in auto["log"]:
                     print(f"[{name}]   {line}", flush=True)
