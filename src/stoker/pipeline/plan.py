@@ -230,16 +230,13 @@ def plan_epoch(
 
 
 def _by_group(stream: np.ndarray, groups: np.ndarray) -> list[np.ndarray]:
-    """The samples of ``stream`` split by read group, groups in order of first need."""
+    """The samples of ``stream`` split by read group, in group order: ``assign`` numbers a
+    share's groups in the order they are first needed."""
     if not len(stream):
         return []
-    _, first_use, inverse = np.unique(groups, return_index=True, return_inverse=True)
-    need_rank = np.empty(len(first_use), dtype=np.int64)
-    need_rank[np.argsort(first_use, kind="stable")] = np.arange(len(first_use))
-    keys = need_rank[inverse]
-    by_need = np.argsort(keys, kind="stable")
-    cuts = np.flatnonzero(np.diff(keys[by_need])) + 1
-    return np.split(stream[by_need], cuts)
+    by_group = np.argsort(groups, kind="stable")
+    cuts = np.flatnonzero(np.diff(groups[by_group])) + 1
+    return np.split(stream[by_group], cuts)
 
 
 def chunks_covering(chunks: list[np.ndarray], ids: np.ndarray) -> int:

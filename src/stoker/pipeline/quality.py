@@ -12,6 +12,11 @@ import numpy as np
 from stoker.pipeline.order import EpochOrder, OrderConfig, assign, epoch_order
 
 
+def _rounded(report: Any, digits: int) -> dict[str, Any]:
+    """A report dataclass as a JSON-ready dict, its floats rounded to ``digits``."""
+    return {k: round(v, digits) if isinstance(v, float) else v for k, v in asdict(report).items()}
+
+
 @dataclass(frozen=True, slots=True)
 class ShuffleQuality:
     """Shuffle quality and read cost of one epoch's order.
@@ -33,7 +38,7 @@ class ShuffleQuality:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
-        return {k: round(v, 4) if isinstance(v, float) else v for k, v in asdict(self).items()}
+        return _rounded(self, 4)
 
 
 def shuffle_quality(
@@ -92,7 +97,7 @@ class LabelMix:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
-        return {k: round(v, 4) if isinstance(v, float) else v for k, v in asdict(self).items()}
+        return _rounded(self, 4)
 
 
 def uniform_distinct_labels(counts: Sequence[int], batch_size: int) -> float:
@@ -183,7 +188,7 @@ class ReadCost:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
-        return {k: round(v, 1) if isinstance(v, float) else v for k, v in asdict(self).items()}
+        return _rounded(self, 1)
 
 
 def read_cost(

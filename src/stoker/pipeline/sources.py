@@ -24,10 +24,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -440,13 +438,8 @@ def open_source(
     ]
     disk: DiskCache | None = None
     if cache is not None and cache.dir is not None:
-        directory = Path(cache.dir)
-        max_bytes = cache.max_bytes
-        if max_bytes is None:
-            directory.mkdir(parents=True, exist_ok=True)
-            wanted = int(sum(s.size for d in datasets for s in d.shards) * 1.1) + (64 << 20)
-            max_bytes = min(wanted, int(shutil.disk_usage(directory).free * 0.8))
-        disk = DiskCache(directory, max_bytes=max_bytes)
+        data_bytes = sum(s.size for d in datasets for s in d.shards)
+        disk = DiskCache.for_data(cache.dir, data_bytes=data_bytes, max_bytes=cache.max_bytes)
         datasets = [_cached(d, disk, cache.page_bytes or page_bytes) for d in datasets]
     tables = {
         name: _open_table(url, storage_options, disk)

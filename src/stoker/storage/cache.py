@@ -24,6 +24,7 @@ import fcntl
 import hashlib
 import logging
 import os
+import shutil
 import struct
 import threading
 import time
@@ -87,6 +88,18 @@ class DiskCache:
         self._writable = True
         with self._locked():
             self._remove_stale_tmp()
+
+    @classmethod
+    def for_data(
+        cls, directory: str | os.PathLike[str], *, data_bytes: int, max_bytes: int | None = None
+    ) -> DiskCache:
+        """A cache for ``data_bytes`` of data: bounded by ``max_bytes`` if given, else by the
+        data and a margin (1.1x + 64 MiB), within 80 % of the directory's free space."""
+        if max_bytes is None:
+            Path(directory).mkdir(parents=True, exist_ok=True)
+            wanted = int(data_bytes * 1.1) + (64 << 20)
+            max_bytes = min(wanted, int(shutil.disk_usage(directory).free * 0.8))
+        return cls(directory, max_bytes=max_bytes)
 
     def __repr__(self) -> str:
         return f"DiskCache({str(self.directory)!r}, max_bytes={self.max_bytes})"

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import hashlib
-import hmac
 import http.client
 import ssl
 import urllib.parse
@@ -26,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from stoker.storage.base import Listing, ObjectMeta
+from stoker.storage.sigv4 import sigv4_headers
 
 _NS = "{http://s3.amazonaws.com/doc/2006-03-01/}"
 _MAX_BODY = 64 << 20  # a listing page of 1000 keys is well under 1 MB
@@ -150,38 +149,16 @@ class RawLister:
         return body
 
     def _sign(self, host: str, path: str, canonical_query: str) -> dict[str, str]:
-        now = datetime.datetime.now(datetime.UTC)
-        amz_date, day = now.strftime("%Y%m%dT%H%M%SZ"), now.strftime("%Y%m%d")
-        payload = hashlib.sha256(b"").hexdigest()
-        headers = {"host": host, "x-amz-content-sha256": payload, "x-amz-date": amz_date}
-        if self.session_token:
-            headers["x-amz-security-token"] = self.session_token
-        if self.secret_access_key is None:
-            return headers
-        signed = ";".join(sorted(headers))
-        canonical = "\n".join(
-            [
-                "GET",
-                path,
-                canonical_query,
-                "".join(f"{k}:{headers[k]}\n" for k in sorted(headers)),
-                signed,
-                payload,
-            ]
+        return sigv4_headers(
+            "GET",
+            host,
+            path,
+            canonical_query,
+            access_key=self.access_key_id,
+            secret_key=self.secret_access_key,
+            region=self.region,
+            session_token=self.session_token,
         )
-        scope = f"{day}/{self.region}/s3/aws4_request"
-        to_sign = "\n".join(
-            ["AWS4-HMAC-SHA256", amz_date, scope, hashlib.sha256(canonical.encode()).hexdigest()]
-        )
-        key = ("AWS4" + self.secret_access_key).encode()
-        for part in (day, self.region, "s3", "aws4_request"):
-            key = hmac.new(key, part.encode(), hashlib.sha256).digest()
-        signature = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
-        headers["authorization"] = (
-            f"AWS4-HMAC-SHA256 Credential={self.access_key_id}/{scope}, "
-            f"SignedHeaders={signed}, Signature={signature}"
-        )
-        return headers
 
 
 def _quote(text: str) -> str:
