@@ -100,6 +100,28 @@ def test_exit_with_requests_in_flight_is_clean(s3_bucket) -> None:
         assert done.returncode == 0, (delay, done.returncode, done.stderr[-2000:])
 
 
+def test_close_lets_cancelled_tasks_unwind_before_the_loop_stops() -> None:
+    """A task cancelled by close() may need several loop turns to unwind (a gather, a
+    finally that awaits): the loop runs them all, so none is destroyed pending at exit
+    ("Task was destroyed but it is pending!") and no error goes unseen."""
+    engine = IOEngine()
+
+    async def leaf() -> None:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await asyncio.sleep(0.02)  # cleanup that awaits (closing a connection, say)
+
+    async def outer() -> list[None]:
+        return await asyncio.gather(*(leaf() for _ in range(4)))
+
+    futures = [engine.submit(outer()) for _ in range(3)]
+    time.sleep(0.05)
+    engine.close()
+    assert not asyncio.all_tasks(engine.loop)
+    assert all(future.cancelled() for future in futures)
+
+
 def test_an_idle_engine_closes_without_the_native_grace(monkeypatch) -> None:
     # The grace lets native request threads drop their last references after a request;
     # it is counted from the last request's end, so an idle engine does not pay it again.
