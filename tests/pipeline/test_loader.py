@@ -454,3 +454,23 @@ def test_a_state_saved_after_an_epoch_starts_the_next_one(
     with Loader(dataset_url, **options) as restored:
         restored.load_state_dict(state)
         assert _keys(restored) == second  # nothing replayed
+
+
+@ORDERS
+def test_until_the_first_batch_is_out_only_its_chunks_are_fetched(
+    dataset_url: str, order: OrderConfig
+) -> None:
+    """Reads beyond the first batch would share the link and the cores with it."""
+    from stoker.pipeline.plan import chunks_covering
+
+    with Loader(dataset_url, batch_size=8, order=order, prefetch=4) as loader:
+        plan = loader._plan(0)
+        needed = chunks_covering(plan.chunks, plan.batches[plan.mine[0]])
+        assert needed < len(plan.chunks)
+        batches = iter(loader)
+        next(batches)
+        time.sleep(0.2)  # anything submitted before the first batch was out completes
+        assert loader.stats().stages["fetch"].calls == needed
+        rest = sum(len(batch["key"]) for batch in batches)
+        assert loader.stats().stages["fetch"].calls == len(plan.chunks)
+    assert rest == 103 - 8

@@ -160,9 +160,14 @@ class FetchStream:
         self.delivering = False  # set once the first batch is out: then fetch `depth` ahead
 
     def top_up(self) -> None:
-        """Submit chunks until ``depth`` are in flight (only the first batch's, at first)."""
-        limit = self.depth if self.delivering else max(1, self._first_need)
-        while self._next < len(self._chunks) and len(self._fetches) < limit:
+        """Submit chunks until ``depth`` are in flight; until the first batch is out, only
+        the chunks it needs (more would share the link, and the cores that receive, with
+        them and then with its decoding)."""
+        if self.delivering:
+            limit, end = self.depth, len(self._chunks)
+        else:
+            limit = end = min(len(self._chunks), max(1, self._first_need))
+        while self._next < end and len(self._fetches) < limit:
             self._fetches.append(self._prefetcher.submit(self._chunks[self._next]))
             self._next += 1
         if self._next == len(self._chunks) and len(self._fetches) < limit and self._on_drained:
