@@ -27,6 +27,13 @@ TFRecords or originals). First batch: after the process started for the methods 
 their own process (imports and, for tf.data, the download included); after ``iter()``
 for the DataLoaders. The end of the output checks issue 16's acceptance bounds.
 
+Two figures put the images/s in context. The link's ceiling: a method that streams its
+data in the timed epoch cannot feed more images/s than ``--gbit`` carries of that data
+(tf.data's timed epoch reads local disk: its download is timed apart). CPU ms per image:
+the method's own process, over its timed epoch, which is what it costs where the store is
+really remote (here the server and the proxy share the machine's cores: their share is
+listed too).
+
     pip install -e '.[bench,test]' && apt-get install mate-backgrounds
     python benchmarks/loader.py                    # both sets, every method, ~25 minutes
     python benchmarks/loader.py --methods acceptance   # in-RAM rows, stoker and tf.data
@@ -330,6 +337,13 @@ def main() -> int:
         help="images timed for the per-object and folder baselines",
     )
     parser.add_argument("--rtt-ms", type=float, default=20.0)
+    parser.add_argument(
+        "--gbit",
+        type=float,
+        default=1.0,
+        help="the proxy's link rate in Gbit/s (issue 16's runs: 1); a method that streams "
+        "cannot feed more images/s than this carries of its data",
+    )
     parser.add_argument("--methods", choices=sorted(METHOD_SETS), default="all")
     parser.add_argument(
         "--quick",
@@ -351,7 +365,7 @@ def main() -> int:
     try:
         with SeaweedServer() as server:
             server.create_bucket(BUCKET)
-            link = LinkConfig(rtt_s=args.rtt_ms / 1000, bandwidth_bytes_s=125e6)
+            link = LinkConfig(rtt_s=args.rtt_ms / 1000, bandwidth_bytes_s=args.gbit * 125e6)
             with NetProxy("127.0.0.1", server.port, link=link) as proxy:
                 for name in args.sets.split(","):
                     prep = prepare_set(

@@ -149,8 +149,13 @@ def in_ram_rate(
         else:
             decode_planned(data[i], transform, random.Random(i), out=out[i % BATCH])
 
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     with ThreadPoolExecutor(threads) as pool:
         list(pool.map(work, range(len(data))))
     seconds = time.perf_counter() - started
-    return {"images": len(data), "seconds": seconds, "images_per_s": len(data) / seconds}
+    return {
+        "images": len(data),
+        "seconds": seconds,
+        "cpu_s": time.process_time() - cpu_started,
+        "images_per_s": len(data) / seconds,
+    }

@@ -55,7 +55,7 @@ def run_stoker(url: str, transform_kind: str, images: int) -> dict[str, Any]:
         else Resize((SIZE, SIZE), flip=True)
     )
     with Loader(url, batch_size=BATCH, transform=transform) as loader:
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         first_at, seen = 0.0, 0
         for batch in loader:
             if not seen:
@@ -64,10 +64,12 @@ def run_stoker(url: str, transform_kind: str, images: int) -> dict[str, Any]:
             if images and seen >= images:
                 break
         seconds = time.perf_counter() - started
+        cpu_s = time.process_time() - cpu_started
         stats = loader.stats()
     return {
         "images": seen,
         "seconds": seconds,
+        "cpu_s": cpu_s,
         "images_per_s": seen / seconds,
         "first_batch_at": first_at,
         "peak_rss_mb": _peak_rss_mb(),
@@ -158,7 +160,7 @@ def run_tfdata(
         .batch(BATCH)
         .prefetch(autotune)
     )
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     first_at, seen = 0.0, 0
     for batch, _labels in dataset:
         if not seen:
@@ -170,6 +172,7 @@ def run_tfdata(
     return {
         "images": seen,
         "seconds": seconds,
+        "cpu_s": time.process_time() - cpu_started,
         "images_per_s": seen / seconds,
         "first_batch_at": first_at,
         "download_s": download_s,

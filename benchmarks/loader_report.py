@@ -50,7 +50,19 @@ def _row(name: str, r: dict[str, Any], method: str) -> str:
     else:
         cells += ["", "", ""]
     cells.append(f"{row['peak_rss_mb']:,.0f}" if "peak_rss_mb" in row else "")
+    cells.append(f"{row['cpu_s'] / row['images'] * 1e3:.2f}" if "cpu_s" in row else "")
     return "| " + " | ".join(cells) + " |"
+
+
+def link_rate(args: argparse.Namespace) -> float:
+    """The proxy's link rate in bytes/s (runs before ``--gbit`` used 1 Gbit/s)."""
+    return getattr(args, "gbit", 1.0) * 125e6
+
+
+def link_ceiling(r: dict[str, Any], args: argparse.Namespace) -> float:
+    """Images/s the link carries of the shards: no method that streams them in its timed
+    epoch can feed more."""
+    return link_rate(args) / (r["shard_bytes"] / r["files"])
 
 
 def _check(
@@ -138,17 +150,19 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> tuple[str, list
     """The Markdown table and the acceptance summary; and the checks, for the JSON."""
     sets = args.sets.split(",")
     lines = [
-        f"# Loader benchmark: batches of 256 uint8 224x224, {args.rtt_ms:g} ms RTT, 1 Gbit/s, "
+        f"# Loader benchmark: batches of 256 uint8 224x224, {args.rtt_ms:g} ms RTT, "
+        f"{link_rate(args) * 8 / 1e9:g} Gbit/s, "
         f"{os.cpu_count()} CPUs, median of {args.repeats} interleaved runs",
         "",
         "Read per epoch: the proxy's bytes and requests (~: scaled up from part of an epoch), "
         "against the bytes of the objects the method reads (shards, TFRecords or originals). "
         "First batch: after process start for stoker and tf.data (tf.data's includes its "
-        "download), after iter() for the DataLoaders.",
+        "download), after iter() for the DataLoaders. CPU ms per image: the method's own "
+        "process over its timed epoch (the in-RAM rows: over their decoding).",
         "",
         "| set | method | images | images/s | vs full decode in RAM | stoker is | first batch s "
-        "| MB read per epoch | x its data | requests per epoch | peak RSS MB |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| MB read per epoch | x its data | requests per epoch | peak RSS MB | CPU ms per image |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for name in sets:
         r = results[name]
@@ -169,6 +183,14 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> tuple[str, list
                 )
         if "stoker" in r:
             s = r["stoker"]
+            ceiling = link_ceiling(r, args)
+            gbit, image_kb = link_rate(args) * 8 / 1e9, r["shard_bytes"] / r["files"] / 1e3
+            lines.append(
+                f"| {name} | {transform} | the link's ceiling on the shards "
+                f"({gbit:g} Gbit/s / {image_kb:.1f} kB an image): images/s; stoker's share "
+                f"of it | {ceiling:,.0f}; "
+                f"{s['images_per_s'] / ceiling:.0%} |"
+            )
             lines.append(
                 f"| {name} | {transform} | stoker's own count: MB read, GETs (its run) | "
                 f"{s['own_bytes_read'] / 1e6:,.1f}, {s['own_gets']:,} |"
@@ -190,9 +212,46 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> tuple[str, list
                 lines.append(
                     f"| {name} | {transform} | {label} of all | {r[method]['download_s']:.1f} s |"
                 )
+        if "tfdata" in r:
+            tf = r["tfdata"]
+            cold = tf["images"] / (tf["download_s"] + tf["seconds"])
+            stoker_rate = r.get("stoker", {}).get("images_per_s")
+            vs = f" (stoker {stoker_rate / cold:.2f}x)" if stoker_rate else ""
+            lines.append(
+                f"| {name} | {transform} | tf.data's images/s counting its download, "
+                f"from cold as stoker's{vs} | {cold:,.0f} |"
+            )
     checks = acceptance(results, sets)
     lines += ["", "## Issue 16 acceptance", "", "| check | measured | result |"]
     lines.append("| --- | ---: | :---: |")
     for c in checks:
         lines.append(f"| {c['check']} | {c.get('shown', '')} | {c['result']} |")
+    lines += _beyond_the_link(results, sets, args)
     return "\n".join(lines), checks
+
+
+def _beyond_the_link(
+    results: dict[str, Any], sets: list[str], args: argparse.Namespace
+) -> list[str]:
+    """A note for each images/s bound that asks stoker, which streams the shards in its
+    timed epoch, for more images/s than the link carries of them."""
+    notes = []
+    for name in sets:
+        r = results[name]
+        if "shard_bytes" not in r or "files" not in r:
+            continue
+        ceiling = link_ceiling(r, args)
+        wanted = []
+        if "tfdata" in r:
+            wanted.append((f"{VS_TFDATA:g}x tf.data", VS_TFDATA * r["tfdata"]["images_per_s"]))
+        if "limit_full" in r:
+            bound = VS_FULL_DECODE.get(name[0], 1.0)
+            wanted.append((f"{bound:g}x in-RAM", bound * r["limit_full"]["images_per_s"]))
+        for label, rate in wanted:
+            if rate > ceiling:
+                notes.append(
+                    f"- set {name}: {label} is {rate:,.0f} images/s, more than the link carries "
+                    f"of the shards ({ceiling:,.0f}); no loader that streams them in the timed "
+                    "epoch can meet it on this link."
+                )
+    return ["", *notes] if notes else []
