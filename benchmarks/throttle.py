@@ -11,7 +11,8 @@ partition of an S3 bucket does. Then, each row against the same limit:
 * eight loader processes (ranks 0-7 of 8 on one node) reading one epoch of a packed dataset
   in one prefix, one ranged read per sample, without and with the adaptive shaping.
 
-For each: the requests the proxy saw, the share it throttled, the rate it admitted between
+For each: the requests the proxy saw and the bytes it sent (against the data's own: the
+objects downloaded, or the shards), the share it throttled, the rate it admitted between
 the prefix's first request and its last (against the limit), the wall time, and whether
 every file arrived byte-exact or every sample exactly once.
 
@@ -34,18 +35,26 @@ from pathlib import Path
 from typing import Any
 
 from stoker.pack.packer import PackConfig, pack
+from stoker.storage import open_store
 from stoker.testing.images import write_image_folder
 from stoker.testing.seaweed import SeaweedServer
-from stoker.testing.throttled import put_objects, run_throttled_downloads, run_throttled_ranks
+from stoker.testing.throttled import (
+    object_bytes,
+    put_objects,
+    run_throttled_downloads,
+    run_throttled_ranks,
+)
 
 OUT = Path(__file__).resolve().parent / "out"
 CHILD = Path(__file__).resolve().parent.parent / "tests" / "reliability" / "throttled_rank_child.py"
 BUCKET = "bench-throttle"
 
 
-def _row(name: str, result: dict[str, Any], check: str) -> str:
+def _row(name: str, result: dict[str, Any], data_bytes: int, check: str) -> str:
+    sent = result["bytes_down"]
     return (
-        f"| {name} | {result['requests']} | {result['throttled']} "
+        f"| {name} | {result['requests']} | {sent / 1e6:.1f} | {sent / data_bytes:.2f}x "
+        f"| {result['throttled']} "
         f"| {100 * result['throttled_share']:.1f} % | {result['admitted_per_s']:.0f} "
         f"| {result['admitted_vs_limit']:.2f}x | {result['seconds']:.1f} | {check} |"
     )
@@ -69,6 +78,7 @@ def main() -> int:
         try:
             server.create_bucket(BUCKET)
             put_objects(server, BUCKET, args.objects)
+            object_data = sum(len(object_bytes(i)) for i in range(args.objects))
             downloads = {
                 "2 downloads, retries only": ("--no-adaptive-rate",),
                 "2 downloads, adaptive": (),
@@ -85,7 +95,7 @@ def main() -> int:
                 )
                 results[name] = run.to_dict()
                 intact = f"{run.files_intact}/{2 * args.objects} files byte-exact"
-                lines.append(_row(name, results[name], intact))
+                lines.append(_row(name, results[name], 2 * object_data, intact))
                 print(lines[-1], flush=True)
             write_image_folder(work / "src", files=args.samples, classes=8, width=32, height=24)
             url = f"s3://{BUCKET}/ds"
@@ -95,6 +105,8 @@ def main() -> int:
                 config=PackConfig(samples_per_shard=4),
                 storage_options=server.storage_options(),
             )
+            store = open_store(url, storage_options=server.storage_options())
+            shard_bytes = sum(m.size for m in store.list("") if "/shard-" in f"/{m.key}")
             ranks = {
                 "8 loader ranks, retries only": {"shaping": {"adaptive": False}},
                 "8 loader ranks, adaptive": {},
@@ -112,7 +124,7 @@ def main() -> int:
                 )
                 results[name] = ranks_run.to_dict()
                 once = "exactly once" if ranks_run.exactly_once else "NOT exactly once"
-                lines.append(_row(name, results[name], once))
+                lines.append(_row(name, results[name], shard_bytes, once))
                 print(lines[-1], flush=True)
         finally:
             server.stop()
@@ -120,8 +132,9 @@ def main() -> int:
         f"Limit {args.limit:g} requests/s per prefix; {args.objects} objects per download, "
         f"{args.samples} samples for the ranks.",
         "",
-        "| run | requests | throttled | share | admitted/s | vs limit | seconds | result |",
-        "|---|---:|---:|---:|---:|---:|---:|---|",
+        "| run | requests | MB sent | x the data | throttled | share | admitted/s | vs limit "
+        "| seconds | result |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     table = "\n".join(header + lines)
     OUT.mkdir(exist_ok=True)

@@ -70,6 +70,7 @@ class ThrottledRun:
         objects: Objects each downloaded.
         limit_per_s: The proxy's limit per prefix.
         requests: Requests the proxy saw.
+        bytes_down: Bytes the proxy sent back (response heads included).
         throttled: Of those, answered 503 SlowDown.
         admitted_per_s: Requests admitted per second, from the prefix's first request at
             the proxy to its last.
@@ -83,6 +84,7 @@ class ThrottledRun:
     objects: int
     limit_per_s: float
     requests: int
+    bytes_down: int
     throttled: int
     admitted_per_s: float
     seconds: float
@@ -102,6 +104,7 @@ class ThrottledRun:
             "objects_each": self.objects,
             "limit_per_s": self.limit_per_s,
             "requests": self.requests,
+            "bytes_down": self.bytes_down,
             "throttled": self.throttled,
             "throttled_share": round(self.throttled_share, 4),
             "admitted_per_s": round(self.admitted_per_s, 1),
@@ -187,6 +190,7 @@ def run_throttled_downloads(
         objects=objects,
         limit_per_s=requests_per_s,
         requests=stats.requests,
+        bytes_down=stats.bytes_down,
         throttled=stats.throttled,
         admitted_per_s=counts.admitted_per_s if counts else 0.0,
         seconds=seconds,
@@ -205,6 +209,7 @@ class RanksRun:
         samples: Samples in the dataset.
         limit_per_s: The proxy's limit per prefix.
         requests: Requests the proxy saw.
+        bytes_down: Bytes the proxy sent back (response heads included).
         throttled: Of those, answered 503 SlowDown.
         admitted_per_s: Requests admitted per second, first request to last.
         seconds: Wall time from starting the processes to the last one's exit.
@@ -217,6 +222,7 @@ class RanksRun:
     samples: int
     limit_per_s: float
     requests: int
+    bytes_down: int
     throttled: int
     admitted_per_s: float
     seconds: float
@@ -241,6 +247,7 @@ class RanksRun:
             "samples": self.samples,
             "limit_per_s": self.limit_per_s,
             "requests": self.requests,
+            "bytes_down": self.bytes_down,
             "throttled": self.throttled,
             "throttled_share": round(self.throttled_share, 4),
             "admitted_per_s": round(self.admitted_per_s, 1),
@@ -302,6 +309,7 @@ def run_throttled_ranks(
         samples=samples,
         limit_per_s=requests_per_s,
         requests=stats.requests,
+        bytes_down=stats.bytes_down,
         throttled=stats.throttled,
         admitted_per_s=max((c.admitted_per_s for c in counts), default=0.0),
         seconds=seconds,
