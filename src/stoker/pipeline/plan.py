@@ -31,6 +31,10 @@ logger = logging.getLogger(__name__)
 MIN_GROUPS = 16
 #: Bytes one block (one ranged read) aims for when the caller leaves ``block_size`` unset.
 BLOCK_TARGET_BYTES = 1_000_000
+#: Most units in a block: 10 kB images still make blocks of 1 MB (96 of them), not of
+#: 640 kB as with the 64 of before. Each GET costs the store, and the client, about as
+#: much as a few hundred kB of data (benchmarks/loader.py's set b: 392 -> ~250 an epoch).
+MAX_BLOCK_UNITS = 256
 #: Blocks an epoch of data in unknown (maybe class-sorted) order has at least: each rank
 #: reads a random share of the blocks, and fewer, larger ones leave ranks with uneven
 #: shares of the classes.
@@ -41,9 +45,12 @@ WINDOW_TARGET_BYTES = 256 << 20
 
 
 def block_size_for(unit_bytes: float, minimum: int = 4) -> int:
-    """Units per block so that a block is about :data:`BLOCK_TARGET_BYTES`: large images
-    get short blocks, so the first batch needs little data and memory stays bounded."""
-    return int(min(64, max(minimum, round(BLOCK_TARGET_BYTES / max(unit_bytes, 1.0)))))
+    """Units per block so that a block is about :data:`BLOCK_TARGET_BYTES`, within
+    ``minimum`` and :data:`MAX_BLOCK_UNITS`: large images get short blocks, so the first
+    batch needs little data and memory stays bounded; small ones long blocks, so an epoch
+    makes few requests."""
+    blocks = round(BLOCK_TARGET_BYTES / max(unit_bytes, 1.0))
+    return int(min(MAX_BLOCK_UNITS, max(minimum, blocks)))
 
 
 def resolve_order(
