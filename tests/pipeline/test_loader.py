@@ -474,3 +474,19 @@ def test_until_the_first_batch_is_out_only_its_chunks_are_fetched(
         rest = sum(len(batch["key"]) for batch in batches)
         assert loader.stats().stages["fetch"].calls == len(plan.chunks)
     assert rest == 103 - 8
+
+
+def test_a_fast_store_does_not_fill_memory_with_the_rest_of_the_epoch(dataset_url: str) -> None:
+    """Prefetch bounds the samples held (fetched, not yet decoding), not only the reads in
+    flight: a local disk answers at once, and the rest of the epoch would pile up."""
+    order = OrderConfig(block_size=2, group_blocks=1)  # one read per batch of 2
+    with Loader(dataset_url, batch_size=2, order=order, prefetch=4) as loader:
+        chunks = len(loader._plan(0).chunks)
+        batches = iter(loader)
+        for _ in range(10):
+            next(batches)
+            time.sleep(0.05)  # a training step: every read submitted completes
+        fetched = loader.stats().stages["fetch"].calls
+        # 10 delivered, up to prefetch + 1 decoding, prefetch + 1 (the window's hold) held.
+        assert fetched <= 10 + 5 + 5 < chunks
+        assert sum(len(batch["key"]) for batch in batches) == 103 - 20

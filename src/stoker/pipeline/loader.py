@@ -91,9 +91,9 @@ class Loader:
             ``w, w + num_workers, ...`` of its rank's epoch (counted from the resume point).
         decode: Decode threads or processes, the decompression-bomb guard, and what an
             undecodable sample does (:class:`~stoker.pipeline.config.DecodeConfig`).
-        prefetch: Read groups fetched ahead, or ``"auto"``: start with enough for two
-            batches and deepen while the pipeline waits on the store, within the memory
-            budget of ``autotune``.
+        prefetch: Read groups held ahead (in flight, or in and not yet decoding), or
+            ``"auto"``: start with enough for two batches and deepen while the pipeline
+            waits on the store, within the memory budget of ``autotune``.
         autotune: Budgets (most threads, most bytes held ahead) and pace of the autotuner
             (:class:`~stoker.pipeline.autotune.AutotuneConfig`).
         cache: A node-local disk cache and an in-memory cache
@@ -145,8 +145,8 @@ class Loader:
         self.drop_last = drop_last
         warn_if_small(units, world=self.world, batch_size=batch_size, url=self.source.url)
         self.num_threads = decode.threads if isinstance(decode.threads, int) else default_threads()
-        # Read groups in flight: enough for two batches ahead, at least two.
-        group = self.order_config.group_samples
+        # Read groups ahead: enough for two batches, at least two (past the window's `hold`).
+        group, hold = self.order_config.group_samples, self.order_config.window or 1
         self.prefetch = int(prefetch) if prefetch != "auto" else max(2, -(-2 * batch_size // group))
         # Batches decoding at once: fixed, so process mode's shared-memory slots suffice.
         self._decode_depth = self.prefetch + 1
@@ -160,7 +160,7 @@ class Loader:
             in_flight=self._decode_depth,
         )
         self._prefetcher = Prefetcher(
-            self.source, stages=self.stages, memory_bytes=cache.memory_bytes
+            self.source, stages=self.stages, memory_bytes=cache.memory_bytes, hold=hold
         )
         self._batches = BatchAssembler(
             SampleDecoder(transform, self.order_config.seed_value, decode.max_pixels),

@@ -55,10 +55,16 @@ class Prefetcher:
         stages: Where each fetch is timed (:attr:`Stage.FETCH`) and each wait for one
             (:attr:`Stage.WAIT_FETCH`).
         memory_bytes: Bound of the in-memory sample cache, or None for none.
+        hold: Chunks' worth of samples the order itself keeps fetched but undelivered (an
+            :class:`~stoker.pipeline.order.OrderConfig` window spreads a group's samples
+            over ``window`` groups' batches); prefetch comes on top.
     """
 
-    def __init__(self, source: Source, *, stages: Stages, memory_bytes: int | None) -> None:
+    def __init__(
+        self, source: Source, *, stages: Stages, memory_bytes: int | None, hold: int = 1
+    ) -> None:
         self.source = source
+        self.hold = hold
         self.stages = stages
         self.cache = SampleCache(memory_bytes) if memory_bytes else None
         self.engine: IOEngine = source.datasets[0].store.engine
@@ -77,7 +83,7 @@ class Prefetcher:
         """
         ahead, self._ahead = self._ahead, None
         started = ahead.futures if ahead is not None and ahead.matches(epoch, plan.chunks) else []
-        return FetchStream(self, plan, started, on_drained)
+        return FetchStream(self, plan, started, on_drained, hold=self.hold)
 
     @property
     def reading_ahead(self) -> bool:
@@ -135,8 +141,11 @@ class Prefetcher:
 class FetchStream:
     """One epoch's fetches for one worker (see :meth:`Prefetcher.open`).
 
-    ``depth`` (chunks in flight once batches are flowing) may change between calls; the
-    Loader's autotuner deepens it while the pipeline waits on the store.
+    ``depth`` (chunks fetched ahead once batches are flowing) may change between calls;
+    the Loader's autotuner deepens it while the pipeline waits on the store. It bounds
+    what is held, not only what is in flight: samples fetched and not yet delivered count
+    against it too, so a store faster than decoding (a local disk) does not fill memory
+    with the rest of the epoch.
     """
 
     def __init__(
@@ -145,11 +154,16 @@ class FetchStream:
         plan: EpochPlan,
         started: list[Future[Fetched]],
         on_drained: Callable[[], None] | None,
+        *,
+        hold: int = 1,
     ) -> None:
         self._prefetcher = prefetcher
         self._chunks = plan.chunks
         self._fetches: deque[Future[Fetched]] = deque(started)
         self._next = len(started)
+        self._in_flight = sum(len(chunk) for chunk in plan.chunks[: self._next])  # samples
+        self._chunk_samples = max((len(chunk) for chunk in plan.chunks), default=1)
+        self._hold = max(1, hold)
         self._fetched: Fetched = {}
         self._on_drained = on_drained
         wanted = plan.wanted()
@@ -167,27 +181,45 @@ class FetchStream:
             limit, end = self.depth, len(self._chunks)
         else:
             limit = end = min(len(self._chunks), max(1, self._first_need))
-        while self._next < end and len(self._fetches) < limit:
-            self._fetches.append(self._prefetcher.submit(self._chunks[self._next]))
-            self._next += 1
+        room = (limit + self._hold) * self._chunk_samples  # samples held: fetched + in flight
+        while (
+            self._next < end
+            and len(self._fetches) < limit
+            and self._in_flight + len(self._fetched) + len(self._chunks[self._next]) <= room
+        ):
+            self._submit_next()
         if self._next == len(self._chunks) and len(self._fetches) < limit and self._on_drained:
             callback, self._on_drained = self._on_drained, None
             callback()
 
+    def _submit_next(self) -> None:
+        chunk = self._chunks[self._next]
+        self._fetches.append(self._prefetcher.submit(chunk))
+        self._in_flight += len(chunk)
+        self._next += 1
+
+    def _collect(self) -> None:
+        """Move the oldest fetch's samples into the fetched ones (waits if it is running)."""
+        fetched = self._fetches.popleft().result()
+        self._in_flight -= len(self._chunks[self._next - len(self._fetches) - 1])
+        self._fetched.update(fetched)
+
     def ready(self, ids: np.ndarray) -> bool:
         """Whether every sample of ``ids`` is in (collects finished fetches; never blocks)."""
         while self._fetches and self._fetches[0].done():
-            self._fetched.update(self._fetches.popleft().result())
+            self._collect()
         return all(int(i) in self._fetched for i in ids)
 
     def wait(self, ids: np.ndarray) -> None:
         """Block until every sample of ``ids`` is in, timed as :attr:`Stage.WAIT_FETCH`."""
         while not self.ready(ids):
             self.top_up()
+            if not self._fetches and self._next < len(self._chunks):
+                self._submit_next()  # what is held is all needed first: never stall on it
             if not self._fetches:
                 raise RuntimeError("internal error: batch samples were never fetched")
             with self._prefetcher.stages.time(Stage.WAIT_FETCH):
-                self._fetched.update(self._fetches.popleft().result())
+                self._collect()
 
     def take(self, ids: np.ndarray) -> list[dict[str, Any]]:
         """The fetched samples of ``ids``, letting go of each after its last use."""
