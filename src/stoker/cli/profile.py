@@ -67,7 +67,7 @@ _with_loader_options = with_options(
         click.option(
             "--block-size",
             type=click.IntRange(1),
-            help="Samples per ranged GET (default: about 1 MB of the dataset's samples).",
+            help="Samples per ranged GET (default: about 4 MB of the dataset's samples).",
         ),
         _with_transform_options,
         click.option(

@@ -25,8 +25,8 @@ from stoker.pipeline.order import OrderConfig
 from stoker.pipeline.windows import WindowConfig
 from stoker.pipeline.world import World
 
-#: Page of the disk cache when the order reads whole blocks: a block's worth, so a cold
-#: block costs one or two page reads.
+#: Page of the disk cache when the order reads whole blocks: a quarter of a default block
+#: (4 MB), so a cold block fetches at most a page on either side of its bytes.
 BLOCK_PAGE_BYTES = 1 << 20
 #: Page of the disk cache for ``OrderConfig(mode="random")``, which reads one sample per
 #: request: small pages keep a cold read small.

@@ -53,7 +53,7 @@ class OrderConfig:
 
     A field left ``None`` is filled in by whoever uses the config: a
     :class:`~stoker.Loader` takes ``seed`` from its own ``seed`` argument (0 by default)
-    and sizes blocks to about 1 MB of its data; the pure functions here use 0,
+    and sizes blocks to about 4 MB of its data; the pure functions here use 0,
     :data:`DEFAULT_BLOCK_SIZE` and :data:`DEFAULT_GROUP_BLOCKS`.
 
     Attributes:

@@ -30,10 +30,15 @@ logger = logging.getLogger(__name__)
 #: Read groups an epoch should have at least, so that prefetch has several to overlap.
 MIN_GROUPS = 16
 #: Bytes one block (one ranged read) aims for when the caller leaves ``block_size`` unset.
-BLOCK_TARGET_BYTES = 1_000_000
-#: Most units in a block: 10 kB images still make blocks of 1 MB (96 of them), not of
-#: 640 kB as with the 64 of before. Each GET costs the store, and the client, about as
-#: much as a few hundred kB of data (benchmarks/loader.py's set b: 392 -> ~250 an epoch).
+#: A GET costs the store, and the client, about as much as a few hundred kB of data: with
+#: 1 MB blocks the S3 server beside benchmarks/loader.py's set a spent twice the CPU of
+#: 4 MB ones (10 against 4.4 CPU-s an epoch), and stoker streamed 1,075-1,108 images/s
+#: against 1,371-1,392 where the link was not the limit (10 Gbit/s).
+BLOCK_TARGET_BYTES = 4_000_000
+#: Bytes of a read group (``block_size * group_blocks``) when both are derived: what a rank
+#: holds of one group while its samples are delivered, and what the first batch waits for.
+GROUP_TARGET_BYTES = 16_000_000
+#: Most units in a block (small samples: 256 of 10 kB make 2.6 MB).
 MAX_BLOCK_UNITS = 256
 #: Blocks an epoch of data in unknown (maybe class-sorted) order has at least: each rank
 #: reads a random share of the blocks, and fewer, larger ones leave ranks with uneven
@@ -64,7 +69,9 @@ def resolve_order(
     """Complete order settings: the given ones, with what they leave unset filled in.
 
     Unset ``block_size`` and ``group_blocks`` are derived from the data together: blocks
-    of about 1 MB, and groups small enough that the epoch has :data:`MIN_GROUPS`. When
+    of about 4 MB (:data:`BLOCK_TARGET_BYTES`) and groups of about 16 MB
+    (:data:`GROUP_TARGET_BYTES`), both small enough that the epoch has :data:`MIN_GROUPS`
+    groups. When
     the data was not written in random order (``shuffled`` false: a pack made with
     ``--keep-order``, an older pack, WebDataset tars indexed in place), consecutive samples
     may share a class, so blocks are also small enough that the epoch has
@@ -93,7 +100,8 @@ def resolve_order(
     group_blocks = order.group_blocks
     if group_blocks is None:
         blocks = -(-units // block_size)
-        derived = max(1, min(DEFAULT_GROUP_BLOCKS, blocks // MIN_GROUPS))
+        per_group = round(GROUP_TARGET_BYTES / (block_size * max(unit_bytes, 1.0)))
+        derived = max(1, min(DEFAULT_GROUP_BLOCKS, blocks // MIN_GROUPS, per_group))
         group_blocks = DEFAULT_GROUP_BLOCKS if order.block_size else derived
     window = order.window
     if window is None:
