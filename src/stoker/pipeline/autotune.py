@@ -5,9 +5,10 @@ consumer-side thread was blocked waiting for fetches. Every window (at least ``w
 and ``min_batches`` batches) the tuner judges the last one:
 
 1. **Prefetch first.** If the pipeline waited on fetches for more than ``fetch_wait_share``
-   of the window, the store is not kept busy enough: double the read groups in flight,
-   up to what ``max_buffer_bytes`` allows. Prefetch never shrinks (it costs only memory,
-   which the budget bounds).
+   of the window, the store may not be kept busy enough: double the read groups held
+   ahead, up to what ``max_buffer_bytes`` allows, as long as each doubling raises the
+   images/s by :data:`DEEPEN_GAIN`. One that does not (the link, not the depth, sets the
+   rate) is undone and prefetch stays there: memory that buys nothing is not spent.
 2. **Then threads: sweep, climb, confirm.** Measure every thread count up to the CPU count
    (1 to 4, then powers of two and the CPU count itself on a bigger machine), then climb
    from the best one to its untried neighbours while one of them is better (above the CPU
@@ -42,6 +43,9 @@ logger = logging.getLogger(__name__)
 
 # I/O-bound windows in a row, at the most prefetch allowed, after which tuning stops.
 _MAX_IO_WINDOWS = 5
+
+#: Relative images/s gain a doubled prefetch must bring to be kept.
+DEEPEN_GAIN = 0.05
 
 
 #: Counts whose rate is within this fraction of the best are on its plateau: their
@@ -143,6 +147,7 @@ class Autotuner:
         self._cold = True
         self._io_windows = 0
         self._first: int | None = None  # the first count measured (the start)
+        self._deepened: tuple[int, float] | None = None  # (prefetch, images/s) before
 
     @property
     def settled(self) -> bool:
@@ -190,16 +195,18 @@ class Autotuner:
         self._step(rate, fetch_share)
 
     def _step(self, rate: float, fetch_share: float) -> None:
+        if self._deepened is not None and self._undo_deepening(rate):
+            return
         if self.phase == "prefetch":
             if fetch_share > self.config.fetch_wait_share and self.prefetch < self.max_prefetch:
-                self._deepen(fetch_share)
+                self._deepen(fetch_share, rate)
                 return
             self.phase = "threads" if self.tune_threads else "settled"
             if self.settled:
                 self._log_settled(rate)
                 return
         if fetch_share > self.config.io_bound_share:
-            self._io_bound(fetch_share)  # the store's rate, not the decoders'
+            self._io_bound(fetch_share, rate)  # the store's rate, not the decoders'
             return
         self._io_windows = 0
         self.rates.setdefault(self.threads, []).append(rate)
@@ -213,9 +220,9 @@ class Autotuner:
         else:
             self._change(following, rate)
 
-    def _io_bound(self, fetch_share: float) -> None:
+    def _io_bound(self, fetch_share: float, rate: float) -> None:
         if self.tune_prefetch and self.prefetch < self.max_prefetch:
-            self._deepen(fetch_share)
+            self._deepen(fetch_share, rate)
             return
         self._io_windows += 1
         if self._io_windows < _MAX_IO_WINDOWS:
@@ -232,7 +239,27 @@ class Autotuner:
         )
         self._log_settled(self.score(self.threads) if self.threads in self.rates else 0.0)
 
-    def _deepen(self, fetch_share: float) -> None:
+    def _undo_deepening(self, rate: float) -> bool:
+        """Undo the last doubling of prefetch, and deepen no more, if it did not raise the
+        images/s; whether it was undone."""
+        before, before_rate = self._deepened or (self.prefetch, rate)
+        self._deepened = None
+        if rate >= before_rate * (1 + DEEPEN_GAIN):
+            return False
+        logger.info(
+            "autotune: prefetch %d gave %.0f images/s, %d gave %.0f: back to %d read groups",
+            self.prefetch,
+            rate,
+            before,
+            before_rate,
+            before,
+        )
+        self.prefetch = self.max_prefetch = before
+        self._settling = True
+        return True
+
+    def _deepen(self, fetch_share: float, rate: float) -> None:
+        self._deepened = (self.prefetch, rate)
         new = min(self.prefetch * 2, self.max_prefetch)
         logger.info(
             "autotune: waited on the store %.0f%% of the time: prefetch %d -> %d read groups",
