@@ -10,6 +10,8 @@ method reads through it, cold, on this machine's cores:
   OpenCV's bilinear resize, all cores, no I/O (the issue 16 reference row);
 - in RAM, stoker's decode: the same with stoker's ``decode_planned`` (DCT scaling);
 - stoker: the Loader on its defaults (autotune on) in its own process, packed shards;
+- stoker, second epoch from its disk cache: the same with ``CacheConfig(dir=...)``, the
+  first epoch filling the cache and the second timed (local disk, as tf.data's epoch);
 - stoker, unpacked folder: the same Loader pointed at the uploaded photos themselves
   (class folders, no pack step): one listing, then one GET per image;
 - tf.data: TFRecord shards of the same photos downloaded in parallel to local disk, then
@@ -38,6 +40,7 @@ listed too).
     python benchmarks/loader.py                    # both sets, every method, ~25 minutes
     python benchmarks/loader.py --methods acceptance   # in-RAM rows, stoker and tf.data
     python benchmarks/loader.py --methods folder   # stoker on the shards and on the folder
+    python benchmarks/loader.py --methods cache    # + stoker's second epoch from disk cache
     python benchmarks/loader.py --quick            # 1,500 photos a set, one round: a smoke run
 
 Writes benchmarks/out/loader.json and benchmarks/out/loader.md.
@@ -166,6 +169,20 @@ class Bench:
         result["data_bytes"] = self.prep.shard_bytes
         return result
 
+    def stoker_cached(self) -> dict[str, Any]:
+        """The Loader with a disk cache, its second epoch timed: from local disk, as
+        tf.data's epoch reads the TFRecords it downloaded."""
+        cache = self.scratch / f"{self.prep.key}-cache"
+        url = f"s3://{BUCKET}/{self.prep.key}/shards"
+        command = ["stoker", url, self.prep.transform, str(self.args.images), str(cache)]
+        try:
+            result = self.child(command)
+        finally:
+            shutil.rmtree(cache, ignore_errors=True)
+        result["data_bytes"] = self.prep.shard_bytes
+        result["first_batch_s"] = None  # its timed epoch starts after a whole one
+        return result
+
     def stoker_folder(self) -> dict[str, Any]:
         """The Loader on the unpacked photos (class folders): one GET per image."""
         url = f"s3://{BUCKET}/{self.prep.key}/raw"
@@ -268,6 +285,7 @@ METHOD_SETS = {
         "limit_full",
         "limit_planned",
         "stoker",
+        "stoker_cached",
         "stoker_folder",
         "tfdata",
         "per_object",
@@ -277,6 +295,7 @@ METHOD_SETS = {
     "acceptance": ["limit_full", "limit_planned", "stoker", "tfdata"],
     "stoker": ["limit_full", "limit_planned", "stoker", "stoker_folder"],
     "folder": ["stoker", "stoker_folder"],
+    "cache": ["limit_full", "stoker", "stoker_cached", "tfdata"],
 }
 
 
