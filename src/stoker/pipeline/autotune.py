@@ -195,7 +195,8 @@ class Autotuner:
         self._step(rate, fetch_share)
 
     def _step(self, rate: float, fetch_share: float) -> None:
-        if self._deepened is not None and self._undo_deepening(rate):
+        deepened, self._deepened = self._deepened, None
+        if deepened is not None and self._undo_deepening(deepened, rate):
             return
         if self.phase == "prefetch":
             if fetch_share > self.config.fetch_wait_share and self.prefetch < self.max_prefetch:
@@ -239,11 +240,11 @@ class Autotuner:
         )
         self._log_settled(self.score(self.threads) if self.threads in self.rates else 0.0)
 
-    def _undo_deepening(self, rate: float) -> bool:
-        """Undo the last doubling of prefetch, and deepen no more, if it did not raise the
-        images/s; whether it was undone."""
-        before, before_rate = self._deepened or (self.prefetch, rate)
-        self._deepened = None
+    def _undo_deepening(self, deepened: tuple[int, float], rate: float) -> bool:
+        """Undo the last doubling of prefetch (from ``deepened``: the prefetch and images/s
+        before it), and deepen no more, if it did not raise the images/s; whether it was
+        undone."""
+        before, before_rate = deepened
         if rate >= before_rate * (1 + DEEPEN_GAIN):
             return False
         logger.info(

@@ -161,7 +161,6 @@ class FetchStream:
         self._chunks = plan.chunks
         self._fetches: deque[Future[Fetched]] = deque(started)
         self._next = len(started)
-        self._in_flight = sum(len(chunk) for chunk in plan.chunks[: self._next])  # samples
         self._chunk_samples = max((len(chunk) for chunk in plan.chunks), default=1)
         self._hold = max(1, hold)
         self._fetched: Fetched = {}
@@ -185,24 +184,24 @@ class FetchStream:
         while (
             self._next < end
             and len(self._fetches) < limit
-            and self._in_flight + len(self._fetched) + len(self._chunks[self._next]) <= room
+            and self._in_flight() + len(self._fetched) + len(self._chunks[self._next]) <= room
         ):
             self._submit_next()
         if self._next == len(self._chunks) and len(self._fetches) < limit and self._on_drained:
             callback, self._on_drained = self._on_drained, None
             callback()
 
+    def _in_flight(self) -> int:
+        """Samples of the chunks submitted and not yet collected (the last ones submitted)."""
+        return sum(len(c) for c in self._chunks[self._next - len(self._fetches) : self._next])
+
     def _submit_next(self) -> None:
-        chunk = self._chunks[self._next]
-        self._fetches.append(self._prefetcher.submit(chunk))
-        self._in_flight += len(chunk)
+        self._fetches.append(self._prefetcher.submit(self._chunks[self._next]))
         self._next += 1
 
     def _collect(self) -> None:
         """Move the oldest fetch's samples into the fetched ones (waits if it is running)."""
-        fetched = self._fetches.popleft().result()
-        self._in_flight -= len(self._chunks[self._next - len(self._fetches) - 1])
-        self._fetched.update(fetched)
+        self._fetched.update(self._fetches.popleft().result())
 
     def ready(self, ids: np.ndarray) -> bool:
         """Whether every sample of ``ids`` is in (collects finished fetches; never blocks)."""
