@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
-from urllib.parse import unquote, urlsplit
+from urllib.parse import urlsplit
 
 Scheme = Literal["s3", "gs", "az", "file", "memory"]
 
@@ -53,30 +53,42 @@ class StorageUrl:
 def parse_url(url: str | os.PathLike[str]) -> StorageUrl:
     """Parse ``url`` into scheme, bucket and prefix.
 
-    Plain paths (absolute or relative) and ``file://`` URLs become local paths, resolved to
-    absolute form.
+    Everything after ``SCHEME://BUCKET/`` is the key prefix, literally: ``#``, ``?``, ``%``,
+    spaces and every other character are part of the key (S3 keys may hold any of them), so
+    ``s3://b/data#x`` names the prefix ``data#x`` and ``s3://b/a%23b`` the prefix ``a%23b``,
+    never ``data`` or ``a#b``. Nothing is percent-decoded, and a URL is never shortened.
+    Plain paths (absolute or relative) and ``file://`` URLs become local paths, read the same
+    literal way (``file://`` removed) and resolved to absolute form.
 
     Raises:
-        ValueError: Unknown scheme, or a bucket URL without a bucket name.
+        ValueError: Unknown scheme, a bucket URL without a bucket name, a bucket name with a
+            character no bucket name has (``#``, ``?``, ``%``, a space or a control
+            character), or credentials in the URL.
     """
     text = os.fspath(url)
     if "://" not in text:
         return StorageUrl("file", "", str(Path(text).expanduser().resolve()))
-    parts = urlsplit(text)
-    scheme = _ALIASES.get(parts.scheme.lower())
+    given, _, rest = text.partition("://")
+    scheme = _ALIASES.get(given.lower())
     if scheme is None:
         raise ValueError(
-            f"unsupported URL scheme {parts.scheme!r} in {text!r}; "
+            f"unsupported URL scheme {given!r} in {text!r}; "
             f"use one of {sorted(set(_ALIASES.values()))} or a local path"
         )
     if scheme == "file":
-        return StorageUrl("file", "", str(Path(unquote(parts.path)).resolve()))
-    if parts.username or parts.password:
+        return StorageUrl("file", "", str(Path(rest).resolve()))
+    bucket, _, prefix = rest.partition("/")
+    if "@" in bucket:
         raise ValueError("credentials do not belong in a storage URL; use storage_options")
-    bucket = parts.netloc
     if not bucket:
         raise ValueError(f"{text!r} names no bucket; expected {scheme}://BUCKET[/PREFIX]")
-    return StorageUrl(scheme, bucket, parts.path.strip("/"))
+    odd = next((c for c in bucket if c in "#?%" or c.isspace() or not c.isprintable()), None)
+    if odd is not None:
+        raise ValueError(
+            f"{text!r}: bucket name {bucket!r} holds {odd!r}, which no bucket name has; "
+            f"expected {scheme}://BUCKET[/PREFIX]"
+        )
+    return StorageUrl(scheme, bucket, prefix.strip("/"))
 
 
 def redact_userinfo(url: str) -> str:
