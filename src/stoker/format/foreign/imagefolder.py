@@ -10,10 +10,15 @@ from typing import Any, Literal
 
 from stoker.errors import SourceError
 from stoker.format.foreign.base import Sample, SampleRef
-from stoker.format.foreign.locations import LocationReader, is_remote
+from stoker.format.foreign.locations import (
+    LocationReader,
+    is_remote,
+    read_object,
+    read_object_async,
+)
 from stoker.format.spec import normalise_extension
-from stoker.storage import StorageOptions, open_store
-from stoker.storage.base import ObjectMeta, Store
+from stoker.storage import StorageOptions
+from stoker.storage.base import ObjectMeta, Store, key_problem
 from stoker.storage.files import regular_file_size
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff")
@@ -29,13 +34,17 @@ class ImageFolderReader:
     """Reads ``ROOT/CLASS/IMAGE`` trees; labels are class folders in sorted order.
 
     Images directly under the root (no class folders) are read without labels. A bucket
-    prefix is listed with one request per class folder, all in flight at once.
+    prefix is listed with one request per class folder, all in flight at once, and each
+    object is read by its key from the store rooted at the folder, as it was listed. A key
+    that no request can name (a control character, an empty or ``..`` segment: S3 takes
+    any bytes) is a problem like an empty class folder, and is also kept in
+    :attr:`unusable`.
 
     Args:
         location: Local directory or bucket URL (``s3://bucket/train``).
         storage_options: See :func:`stoker.open_store`.
-        on_error: ``"raise"`` stops at an empty class folder or a duplicate key;
-            ``"skip"`` records it in :attr:`problems` and goes on.
+        on_error: ``"raise"`` stops at an empty class folder, a duplicate or an unusable
+            key; ``"skip"`` records it in :attr:`problems` and goes on.
         store: The store rooted at a bucket ``location`` to list it with (its counters
             then count the listing); default: one opened from ``location``.
     """
@@ -50,7 +59,6 @@ class ImageFolderReader:
     ) -> None:
         self._location = location.rstrip("/")
         self._store = store
-        self._options = storage_options
         self._on_error = on_error
         self._files = LocationReader(storage_options)
         self._class_names: list[str] = []
@@ -58,6 +66,8 @@ class ImageFolderReader:
         self.problems: list[dict[str, str]] = []
         #: ETag of each listed object of a bucket, by key relative to the folder.
         self.etags: dict[str, str | None] = {}
+        #: The problems (also in :attr:`problems`) that are keys no request can name.
+        self.unusable: list[dict[str, str]] = []
 
     @property
     def description(self) -> str:
@@ -126,8 +136,11 @@ class ImageFolderReader:
                         self.problems.append({"key": key, "source": str(path), "reason": reason})
         return found, folders
 
+    def _folder_store(self) -> Store:
+        return self._store or self._files.store_at(self._location)
+
     def _list_remote(self) -> tuple[list[tuple[str, int]], list[str]]:
-        store = self._store or open_store(self._location, storage_options=self._options)
+        store = self._folder_store()
         top = store.list_dir("")
         prefixes = list(top.prefixes)
 
@@ -146,9 +159,16 @@ class ImageFolderReader:
                 metas.extend(part)
         found = []
         for meta in metas:  # keys are relative to the store's root, the folder
-            if meta.key.lower().endswith(IMAGE_EXTENSIONS):
-                found.append((meta.key, meta.size))
-                self.etags[meta.key] = meta.etag
+            if not meta.key.lower().endswith(IMAGE_EXTENSIONS):
+                continue
+            problem = key_problem(meta.key)
+            if problem is not None:  # repr: the key may hold a newline or a terminal escape
+                reason = f"unusable key {meta.key!r} ({problem}): no request can name it"
+                self.unusable.append({"key": meta.key, "source": self._location, "reason": reason})
+                self._problem(meta.key, self._location, reason)
+                continue
+            found.append((meta.key, meta.size))
+            self.etags[meta.key] = meta.etag
         return found, [p.rsplit("/", 1)[-1] for p in prefixes]
 
     @property
@@ -156,10 +176,22 @@ class ImageFolderReader:
         return is_remote(self._location)
 
     def read(self, ref: SampleRef) -> Sample:
-        return self._sample(ref, self._files.read(ref.location))
+        if not self.reads_remote:
+            return self._sample(ref, self._files.read(ref.location))
+        return self._sample(ref, read_object(self._folder_store(), self._key_of(ref)))
 
     async def read_async(self, ref: SampleRef) -> Sample:
-        return self._sample(ref, await self._files.read_async(ref.location))
+        if not self.reads_remote:
+            return self._sample(ref, self._files.read(ref.location))
+        store = self._folder_store()
+        return self._sample(ref, await read_object_async(store, self._key_of(ref)))
+
+    def _key_of(self, ref: SampleRef) -> str:
+        # The key as listed: a ref's location is the folder's URL, "/" and the key.
+        root = f"{self._location}/"
+        if not ref.location.startswith(root):
+            raise SourceError(f"{ref.location}: not under the image folder {self._location}")
+        return ref.location[len(root) :]
 
     def _sample(self, ref: SampleRef, data: bytes) -> Sample:
         ext = normalise_extension(ref.location.rsplit(".", 1)[-1])

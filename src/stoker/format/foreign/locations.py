@@ -45,11 +45,14 @@ class LocationReader:
     def store_for(self, location: str) -> tuple[Store, str]:
         """The store of ``location``'s bucket and the key inside it."""
         url = parse_url(location)
-        root = f"{url.scheme}://{url.bucket}"
+        return self.store_at(f"{url.scheme}://{url.bucket}"), url.prefix
+
+    def store_at(self, root: str) -> Store:
+        """The store rooted at the bucket URL ``root`` (opened once, then kept)."""
         store = self._stores.get(root)
         if store is None:
             store = self._stores[root] = open_store(root, storage_options=self._options)
-        return store, url.prefix
+        return store
 
     def requests(self) -> dict[str, int]:
         """Request, byte, retry and error counters of the stores opened so far, summed
@@ -76,13 +79,7 @@ class LocationReader:
                     )
                 return data
             store, key = self.store_for(location)
-            if length < 0 and start == 0:
-                return bytes(store.get(key))
-            if length < 0:
-                length = store.head(key).size - start
-            if length == 0:
-                return b""
-            return bytes(store.get_range(key, start=start, end=start + length))
+            return read_object(store, key, start, length)
         except SourceError:
             raise
         except (OSError, ValueError) as exc:
@@ -94,15 +91,9 @@ class LocationReader:
             return self.read(location, start, length)
         try:
             store, key = self.store_for(location)
-            if length < 0 and start == 0:
-                return bytes(await store.get_async(key))
-            if length < 0:
-                length = (await store.head_async(key)).size - start
-            if length == 0:
-                return b""
-            return bytes(await store.get_range_async(key, start=start, end=start + length))
-        except (OSError, ValueError) as exc:
+        except ValueError as exc:
             raise SourceError(f"{location}: cannot read: {exc}") from exc
+        return await read_object_async(store, key, start, length)
 
     def list(self, location: str, suffixes: tuple[str, ...] = ()) -> list[tuple[str, int]]:
         """Files or objects under ``location`` (recursively) as ``(location, size)``, sorted.
@@ -132,6 +123,44 @@ class LocationReader:
             except FileNotFoundError:
                 return []
         return sorted(found)
+
+
+def read_object(store: Store, key: str, start: int = 0, length: int = -1) -> bytes:
+    """Bytes ``[start, start + length)`` of the object ``key`` of ``store``, the key
+    used as it is (never through a URL).
+
+    Raises:
+        SourceError: The object cannot be read; the message names it.
+    """
+    try:
+        if length < 0 and start == 0:
+            return bytes(store.get(key))
+        if length < 0:
+            length = store.head(key).size - start
+        if length == 0:
+            return b""
+        return bytes(store.get_range(key, start=start, end=start + length))
+    except (OSError, ValueError) as exc:
+        raise SourceError(f"{_object_url(store, key)}: cannot read: {exc}") from exc
+
+
+async def read_object_async(store: Store, key: str, start: int = 0, length: int = -1) -> bytes:
+    """Async form of :func:`read_object`."""
+    try:
+        if length < 0 and start == 0:
+            return bytes(await store.get_async(key))
+        if length < 0:
+            length = (await store.head_async(key)).size - start
+        if length == 0:
+            return b""
+        return bytes(await store.get_range_async(key, start=start, end=start + length))
+    except (OSError, ValueError) as exc:
+        raise SourceError(f"{_object_url(store, key)}: cannot read: {exc}") from exc
+
+
+def _object_url(store: Store, key: str) -> str:
+    shown = key if key.isprintable() else repr(key)  # a listed key may hold a control character
+    return f"{store.url.rstrip('/')}/{shown}"
 
 
 def _walk(root: Path) -> Iterator[Path]:
