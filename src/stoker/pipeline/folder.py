@@ -18,7 +18,11 @@ uses: class folders listed concurrently, labels numbered in sorted folder order)
   another rank or worker skips the LIST) and a bucket's objects are read through it,
   versioned by the ETags of the listing. The cached listing is used as it is: files added
   to the folder later are not seen until the cache is emptied (``stoker cache clear
-  DIR``); a file removed since is a named error of its sample.
+  DIR``); a file removed since, or rewritten with another size, is a named error of its
+  sample (see :mod:`stoker.pipeline.listing`), which ``on_error="skip"`` skips;
+- a bucket key that no request can name (a control character, an empty or ``..``
+  segment: S3 takes any bytes) is left out at listing, with a warning that counts them
+  and names a few (escaped), as ``stoker ls`` names them.
 
 Packing is still faster (large ranged reads, a few requests per thousand images): the
 first folder opened in a process logs a hint with the ``stoker pack`` command for it.
@@ -27,11 +31,8 @@ first folder opened in a process logs a hint with the ``stoker pack`` command fo
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
 import logging
 import threading
-import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -44,6 +45,14 @@ from stoker.format.foreign.imagefolder import ImageFolderReader, sample_key
 from stoker.format.foreign.locations import is_remote
 from stoker.format.spec import normalise_extension
 from stoker.pipeline.config import CacheConfig
+from stoker.pipeline.listing import (
+    FolderListing,
+    ListedStore,
+    changed_object_error,
+    dump_listing,
+    listing_key,
+    load_listing,
+)
 from stoker.pipeline.order import EpochOrder, OrderConfig, epoch_order
 from stoker.storage.base import Store
 from stoker.storage.cache import DiskCache
@@ -61,7 +70,6 @@ PACKED_SPEEDUP = (
     "1.2x (100 kB photos) to 2.7x (9 kB) faster on 2 cores, more where decoding keeps up, "
     "with 9x to 64x fewer requests"
 )
-_LISTING_VERSION = 1
 _hinted: set[str] = set()  # folders this process has given the pack hint for
 _hint_lock = threading.Lock()
 
@@ -122,7 +130,7 @@ class FolderDataset:
         """Read images by number, concurrently on the store's I/O engine, in the order given.
 
         Raises:
-            SourceError: An object of the listing is gone (named).
+            SourceError: An object of the listing is gone, or has another size (named).
         """
         samples = self._store.engine.run(self.read_many_async(indices))
         for sample in samples:
@@ -131,8 +139,9 @@ class FolderDataset:
         return samples
 
     async def read_many_async(self, indices: Sequence[int]) -> list[dict[str, Any]]:
-        """Async form of :meth:`read_many`; an object gone since the listing comes back as
-        its sample with an ``"error"`` (a :class:`~stoker.errors.SourceError` naming it)."""
+        """Async form of :meth:`read_many`; an object gone or resized since the listing comes
+        back as its sample with an ``"error"`` (a :class:`~stoker.errors.SourceError`
+        naming it)."""
         return list(await asyncio.gather(*(self._read(int(i)) for i in indices)))
 
     async def _read(self, i: int) -> dict[str, Any]:
@@ -147,6 +156,14 @@ class FolderDataset:
             sample["error"] = SourceError(
                 f"{self.url}/{key}: gone since the folder was listed ({exc}); a listing kept "
                 "in a disk cache is emptied with `stoker cache clear DIR`"
+            )
+            return sample
+        except SourceError as exc:  # resized since the listing (ListedStore)
+            sample["error"] = exc
+            return sample
+        if len(data) != size:
+            sample["error"] = changed_object_error(
+                self.url, key, listed=size, found=len(data), cached=self._store.cache is not None
             )
             return sample
         sample[normalise_extension(key.rsplit(".", 1)[-1])] = bytes(data)
@@ -248,11 +265,11 @@ def open_folder(
     store = open_store(location, storage_options=storage_options)
     remote = is_remote(location)
     directory = Path(cache.dir) if cache is not None and cache.dir is not None else None
-    listing_key = _listing_key(store)
+    key = listing_key(store)
     listing = None
     if directory is not None and remote:
         probe = DiskCache(directory, max_bytes=1 << 62)  # only read: its bound is moot
-        listing = _load_listing(probe.get(listing_key))
+        listing = load_listing(probe.get(key))
         probe.close()
     if listing is None:
         listing = _list(location, store, storage_options)
@@ -260,10 +277,10 @@ def open_folder(
     if directory is not None and remote:
         max_bytes = cache.max_bytes if cache is not None else None
         disk = DiskCache.for_data(directory, data_bytes=int(sum(sizes)), max_bytes=max_bytes)
-        disk.put(listing_key, _dump_listing(listing))
+        disk.put(key, dump_listing(listing))
         versions = {k: (f"etag:{e}", s) for k, s, e in zip(keys, sizes, etags, strict=True) if e}
         store = cache_reads(
-            store,
+            ListedStore(store, dict(zip(keys, sizes, strict=True))),
             disk,
             page_bytes=(cache.page_bytes if cache else None) or page_bytes,
             objects=versions,
@@ -272,10 +289,7 @@ def open_folder(
     return FolderSource(FolderDataset(store, keys, sizes, labels, class_names))
 
 
-_Listing = tuple[list[str], list[int], list[int], list[str | None], list[str]]
-
-
-def _list(location: str, store: Store, storage_options: Mapping[str, Any] | None) -> _Listing:
+def _list(location: str, store: Store, storage_options: Mapping[str, Any] | None) -> FolderListing:
     reader = ImageFolderReader(
         location, storage_options=storage_options, on_error="skip", store=store
     )
@@ -285,11 +299,22 @@ def _list(location: str, store: Store, storage_options: Mapping[str, Any] | None
         raise
     except SourceError as exc:  # with on_error="skip", only "no images" or "not a folder"
         raise no_dataset_error(location, exc) from None
-    if reader.problems:
-        shown = "; ".join(f"{p['source']}: {p['reason']}" for p in reader.problems[:5])
-        more = len(reader.problems) - 5
+    if reader.unusable:
+        shown = ", ".join(repr(p["key"]) for p in reader.unusable[:5])
+        more = len(reader.unusable) - 5
+        logger.warning(
+            "%s: left out %d object(s) whose keys no request can name: %s%s",
+            location,
+            len(reader.unusable),
+            shown,
+            f" and {more} more" if more > 0 else "",
+        )
+    problems = [p for p in reader.problems if p not in reader.unusable]
+    if problems:
+        shown = "; ".join(f"{p['source']}: {p['reason']}" for p in problems[:5])
+        more = len(problems) - 5
         raise SourceError(
-            f"{location}: {len(reader.problems)} problem(s) in the folder: {shown}"
+            f"{location}: {len(problems)} problem(s) in the folder: {shown}"
             + (f"; and {more} more" if more > 0 else "")
             + ". Fix them, or pack it leaving them out: `stoker pack SRC DST --on-error skip`"
         )
@@ -303,40 +328,6 @@ def _list(location: str, store: Store, storage_options: Mapping[str, Any] | None
         etags,
         list(reader.class_names),
     )
-
-
-def _listing_key(store: Store) -> str:
-    endpoint = store.options.endpoint_url or ""
-    digest = hashlib.sha256(f"{endpoint}\n{store.url}".encode()).hexdigest()
-    return f"folder-listing/v{_LISTING_VERSION}/{digest}"
-
-
-def _dump_listing(listing: _Listing) -> bytes:
-    keys, sizes, labels, etags, class_names = listing
-    body = {
-        "keys": keys,
-        "sizes": sizes,
-        "labels": labels,
-        "etags": etags,
-        "class_names": class_names,
-    }
-    return zlib.compress(json.dumps(body, separators=(",", ":")).encode(), 6)
-
-
-def _load_listing(data: bytes | None) -> _Listing | None:
-    if data is None:
-        return None
-    try:  # the entry passed its CRC-32: anything odd here is from another version
-        body = json.loads(zlib.decompress(data))
-        return (
-            list(body["keys"]),
-            [int(s) for s in body["sizes"]],
-            [int(label) for label in body["labels"]],
-            list(body["etags"]),
-            list(body["class_names"]),
-        )
-    except (ValueError, KeyError, TypeError, zlib.error):
-        return None
 
 
 def pack_command(url: str) -> str:
