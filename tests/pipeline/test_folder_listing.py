@@ -19,7 +19,9 @@ import numpy as np
 import pytest
 
 from stoker import CacheConfig, DecodeConfig
+from stoker.errors import SourceError
 from stoker.pipeline.folder import open_folder
+from stoker.pipeline.listing import ListedStore
 from stoker.pipeline.loader import Loader
 from stoker.storage.transfer import upload
 from stoker.testing.images import make_jpeg, write_image_folder
@@ -139,3 +141,28 @@ def test_an_object_resized_while_a_fresh_listing_is_read_is_named(
         error = str(sample["error"])
         assert f"{url}/{key}: changed since the folder was listed (listed {listed} bytes" in error
         assert "rewritten while being read" in error
+
+
+def test_listed_store_checks_whole_and_partial_reads_against_the_listing(s3_bucket: Any) -> None:
+    store = s3_bucket.store("p")
+    store.put("grew", b"g" * 150)
+    store.put("shrank", b"s" * 60)
+    store.put("same", b"x" * 100)
+    listed = ListedStore(store, {"grew": 100, "shrank": 100, "same": 100})
+    assert bytes(listed.get_range("same", start=0, end=100)) == b"x" * 100
+    assert bytes(listed.get_range("same", start=40, end=100)) == b"x" * 60
+    with pytest.raises(
+        SourceError, match=r"p/grew: changed since .* \(listed 100 bytes, now 150\)"
+    ):
+        listed.get_range("grew", start=0, end=100)
+    with pytest.raises(
+        SourceError, match=r"p/shrank: changed since .* \(listed 100 bytes, now 60\)"
+    ):
+        listed.get_range("shrank", start=0, end=100)
+    with pytest.raises(
+        SourceError, match=r"p/shrank: changed since .* \(listed 100 bytes, now 60\)"
+    ):
+        listed.get_range("shrank", start=50, end=100)  # a later page of it
+    with pytest.raises(ValueError, match="ends past the object") as caught:
+        listed.get_range("same", start=50, end=120)  # the caller's range is wrong, not the listing
+    assert not isinstance(caught.value, SourceError)

@@ -104,3 +104,10 @@ def test_upload_writes_under_the_literal_prefix(s3_bucket, env, tmp_path: Path) 
     back = runner.invoke(cli, ["download", f"{s3_bucket.url}/data2#v2", str(tmp_path / "out")])
     assert back.exit_code == 0, back.output
     assert (tmp_path / "out" / "sub" / "b.txt").read_bytes() == b"b"
+
+
+def test_the_pack_hint_quotes_a_url_a_shell_would_change() -> None:
+    from stoker.pipeline.folder import pack_command
+
+    assert pack_command("s3://b/data#x?") == "stoker pack 's3://b/data#x?' 's3://b/data#x?-packed'"
+    assert pack_command("s3://b/plain") == "stoker pack s3://b/plain s3://b/plain-packed"

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import shlex
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -331,11 +332,12 @@ def _list(location: str, store: Store, storage_options: Mapping[str, Any] | None
 
 
 def pack_command(url: str) -> str:
-    """The ``stoker pack`` command for a folder, into a sibling prefix or directory."""
+    """The ``stoker pack`` command for a folder, into a sibling prefix or directory, each
+    URL quoted for a POSIX shell where it needs it (a key may hold ``?``, ``*`` or ``#``)."""
     parsed = parse_url(url)
     has_parent = bool(parsed.prefix.strip("/"))
-    destination = f"{url.rstrip('/')}-packed" if has_parent else "DST"
-    return f"stoker pack {url} {destination}"
+    destination = shlex.quote(f"{url.rstrip('/')}-packed") if has_parent else "DST"
+    return f"stoker pack {shlex.quote(url)} {destination}"
 
 
 def _hint(url: str, images: int) -> None:
