@@ -10,6 +10,7 @@ refers to it (:class:`BatchArrays`).
 
 from __future__ import annotations
 
+import logging
 import math
 import sys
 import time
@@ -21,6 +22,7 @@ import numpy as np
 
 from stoker.core.metrics import Stage, Stages
 from stoker.errors import StokerError
+from stoker.pipeline.fields import MissingField, collate
 from stoker.pipeline.workers import (
     DEFAULT_SAMPLE_BYTES,
     ProcessDecoder,
@@ -28,6 +30,11 @@ from stoker.pipeline.workers import (
     TransformTimer,
     slice_batch,
 )
+
+logger = logging.getLogger(__name__)
+
+#: Samples failing in a row (every one skipped) after which the loader stops with an error.
+MAX_SKIPPED_IN_A_ROW = 1000
 
 
 class BatchArrays:
@@ -115,7 +122,10 @@ class BatchAssembler:
         self.threads = threads
         self.method = method
         self.on_error = on_error
-        self._fixed = decoder.transform.output_size if decoder.planned else None
+        self._fixed = (
+            decoder.transform.output_size if decoder.planned and decoder.image_names else None
+        )
+        self._skipped_in_a_row = 0
         self._pool: ThreadPoolExecutor | None = None
         self._pools_made = 0
         self._processes: ProcessDecoder | None = None
@@ -145,7 +155,7 @@ class BatchAssembler:
         sample_bytes = frames * fixed[0] * fixed[1] * 3 if fixed else DEFAULT_SAMPLE_BYTES
         if not fixed and raw:
             try:
-                value = self.decoder(int(ids[0]), epoch, raw[0])
+                value, _ = self.decoder(int(ids[0]), epoch, raw[0])
             except Exception:  # the workers decode it again and report it, traceback and all
                 value = None
             if isinstance(value, np.ndarray):
@@ -212,21 +222,27 @@ class BatchAssembler:
         raw = pending.raw
         keep: list[int] = []
         images: list[Any] = []
+        others: list[dict[str, Any]] = []
         with self.stages.time(Stage.WAIT_DECODE, items=len(raw)):
             done = self._collect(pending)
         started = time.perf_counter()
+        skip_missing = self.decoder.fields.missing == "skip"
         for results in done:
             for n, result in results:
                 if isinstance(result, ValueError):
-                    if self.on_error == "raise":
+                    if self.on_error == "raise" and not (
+                        skip_missing and isinstance(result, MissingField)
+                    ):
                         key = raw[n]["key"]
                         # Keep the error's kind (CorruptShardError, ...) for callers' except.
                         kind = type(result) if isinstance(result, StokerError) else ValueError
                         raise kind(f"{self.url}: sample {key!r}: {result}") from result
                     skipped.append((raw[n]["key"], str(result)))
                     continue
-                images.append(result)
+                images.append(result[0])
+                others.append(result[1])
                 keep.append(n)
+        self._check_skips(len(raw), len(keep), skipped)
         batch: dict[str, Any] = {
             "label": np.array([raw[n]["label"] for n in keep], dtype=np.int64),
             "key": [raw[n]["key"] for n in keep],
@@ -235,19 +251,55 @@ class BatchAssembler:
         for name in self.extra_fields:
             values = [raw[n][name] for n in keep]
             batch[name] = np.stack(values) if values else np.zeros(0)
-        out = pending.out
-        if out is not None:
-            batch["image"] = out if len(keep) == len(raw) else out[keep]
-        elif images and all(
-            isinstance(x, np.ndarray) and x.shape == images[0].shape for x in images
-        ):
-            batch["image"] = np.stack(images)
-        else:
-            batch["image"] = images
+        if self.decoder.image_names:
+            batch["image"] = self._images(pending.out, images, keep, len(raw))
+        pad = self.decoder.fields.pad
+        for name in dict.fromkeys(name for fields in others for name in fields):
+            values = [fields.get(name) for fields in others]
+            try:
+                batch.update(collate(name, values, pad=pad.get(name)))
+            except ValueError as exc:
+                raise ValueError(f"{self.url}: {exc}") from None
         self.stages.record(
             Stage.COLLATE, time.perf_counter() - started, start_s=started, items=len(keep)
         )
         return batch
+
+    @staticmethod
+    def _images(out: np.ndarray | None, images: list[Any], keep: list[int], count: int) -> Any:
+        if any(image is None for image in images):  # missing="none": a list with its gaps
+            return [
+                None if image is None else out[n] if out is not None else image
+                for n, image in zip(keep, images, strict=True)
+            ]
+        if out is not None:
+            return out if len(keep) == count else out[keep]
+        if images and all(isinstance(x, np.ndarray) and x.shape == images[0].shape for x in images):
+            return np.stack(images)
+        return images
+
+    def _check_skips(self, count: int, kept: int, skipped: list[tuple[str, str]]) -> None:
+        """Warn when a whole batch was skipped; stop after MAX_SKIPPED_IN_A_ROW samples in a
+        row failed (a dataset that fails everywhere is not worth a silent epoch)."""
+        if kept:
+            self._skipped_in_a_row = 0
+            return
+        if not count:
+            return
+        self._skipped_in_a_row += count
+        key, reason = skipped[-1]
+        if self._skipped_in_a_row >= MAX_SKIPPED_IN_A_ROW:
+            raise StokerError(
+                f"{self.url}: the last {self._skipped_in_a_row} samples all failed and were "
+                f"skipped; stopping. The last one, {key!r}: {reason}"
+            )
+        logger.warning(
+            "%s: every sample of a batch of %d was skipped (the last, %r: %s)",
+            self.url,
+            count,
+            key,
+            reason,
+        )
 
     def _collect(self, pending: PendingBatch) -> list[list[tuple[int, Any]]]:
         if self._processes is None or pending.slot is None:
@@ -262,8 +314,8 @@ class BatchAssembler:
                     self.stages.record(Stage.TRANSFORM, transform_s, items=items, lane="processes")
                 if pending.out is not None:
                     for n, value in results:
-                        if isinstance(value, np.ndarray):
-                            pending.out[n] = value
+                        if not isinstance(value, ValueError) and isinstance(value[0], np.ndarray):
+                            pending.out[n] = value[0]
                 done.append(results)
         finally:
             self._processes.release_slot(pending.slot)

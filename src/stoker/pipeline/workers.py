@@ -31,7 +31,7 @@ import time
 import traceback
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
@@ -40,6 +40,7 @@ import numpy as np
 
 from stoker.format.spec import IMAGE_FIELD_NAMES
 from stoker.pipeline.decode import DEFAULT_MAX_PIXELS, decode_full, decode_planned
+from stoker.pipeline.fields import FieldsConfig, MissingField, decode_fields
 from stoker.pipeline.transforms import PlannedTransform
 
 logger = logging.getLogger(__name__)
@@ -63,9 +64,15 @@ class TransformTimer:
         self.cpu_seconds = 0.0
 
 
+#: What :class:`SampleDecoder` gives for one sample: its transformed image (None for a
+#: dataset without images) and its other fields, decoded (see :mod:`stoker.pipeline.fields`).
+Decoded = tuple[Any, dict[str, Any]]
+
+
 @dataclass(frozen=True, slots=True)
 class SampleDecoder:
-    """Decode one sample's image and apply the transform; picklable for worker processes.
+    """Decode one sample: its image through the transform, its other fields by extension;
+    picklable for worker processes.
 
     Args:
         transform: A :class:`~stoker.pipeline.transforms.PlannedTransform`, any callable
@@ -73,16 +80,32 @@ class SampleDecoder:
         seed: Run seed; each sample's augmentation is seeded from ``(seed, epoch, index)``
             so results never depend on which thread or process decoded it.
         max_pixels: Refuse images larger than this before decoding (decompression bombs).
+        fields: Which other fields the batch carries, and how (every member by default).
+        image: Whether samples have an image for the transform (False for records of
+            arrays or text: then no sample lacks one).
     """
 
     transform: Any
     seed: int
     max_pixels: int = DEFAULT_MAX_PIXELS
+    fields: FieldsConfig = field(default_factory=FieldsConfig)
+    image: bool = True
     # isinstance() on a runtime-checkable Protocol is slow: decided once, not per sample.
     planned: bool = field(init=False)
+    image_names: tuple[str, ...] = field(init=False)
+    others: FieldsConfig = field(init=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "planned", isinstance(self.transform, PlannedTransform))
+        chosen = self.fields.chosen()
+        names = IMAGE_FIELD_NAMES if chosen is None else chosen.get("image", ())
+        object.__setattr__(self, "image_names", tuple(names) if self.image else ())
+        if chosen is not None and "image" in chosen:  # the image is not one of the others
+            chosen.pop("image")
+            others = replace(self.fields, fields=chosen)
+        else:
+            others = self.fields
+        object.__setattr__(self, "others", others)
 
     def __call__(
         self,
@@ -91,18 +114,22 @@ class SampleDecoder:
         sample: dict[str, Any],
         out: np.ndarray | None = None,
         timer: TransformTimer | None = None,
-    ) -> Any:
-        """The decoded, transformed image of sample ``index`` (into ``out`` if given).
+    ) -> Decoded:
+        """The decoded, transformed image of sample ``index`` (into ``out`` if given), and
+        its other fields.
 
         A user transform's time (the callable's alone) is added to ``timer``, if given.
 
         A window (a unit with ``members``, see :class:`~stoker.pipeline.sources.WindowSource`)
         gives its members' images stacked, all with the window's augmentation (the same crop
-        and flip for every frame of equal size).
+        and flip for every frame of equal size), and each other field as a list of its
+        members' values.
 
         Raises:
-            ValueError: The sample failed its checks when read, has no image field, or its
-                image cannot be decoded.
+            MissingField: The sample lacks its image or a chosen field (see
+                :class:`~stoker.pipeline.fields.FieldsConfig` ``missing``).
+            ValueError: The sample failed its checks when read, or its image or a field
+                cannot be decoded.
         """
         error = sample.get("error")
         if isinstance(error, ValueError):
@@ -111,27 +138,29 @@ class SampleDecoder:
             raise ValueError(error)
         members = sample.get("members")
         if members is not None:
-            images = [
-                self(index, epoch, member, None if out is None else out[r], timer)
-                for r, member in enumerate(members)
-            ]
-            if out is not None:
-                return out
-            if all(isinstance(x, np.ndarray) and x.shape == images[0].shape for x in images):
-                return np.stack(images)
-            raise ValueError(
-                "a window's frames decode to different shapes; use a transform "
-                "with a fixed output size"
-            )
-        field_name = next((f for f in IMAGE_FIELD_NAMES if f in sample), None)
-        if field_name is None:
-            raise ValueError(f"no image field (has {sorted(k for k in sample if k != 'key')})")
+            return self._window(index, epoch, members, out, timer)
+        name = next((f for f in self.image_names if f in sample), None)
+        if name is None and self.image_names:
+            present = sorted(k for k, v in sample.items() if isinstance(v, bytes | memoryview))
+            if self.fields.missing != "none":
+                raise MissingField(f"no image field (has {present})")
+        others = decode_fields(sample, self.others, skip=(name,) if name else ())
+        if name is None:
+            return None, others
+        return self._image(index, epoch, sample[name], out, timer), others
+
+    def _image(
+        self,
+        index: int,
+        epoch: int,
+        data: bytes,
+        out: np.ndarray | None,
+        timer: TransformTimer | None,
+    ) -> Any:
         rng = random.Random((self.seed * 1_000_003 + epoch) * 2**40 + index)
         if self.planned:
-            return decode_planned(
-                sample[field_name], self.transform, rng, out=out, max_pixels=self.max_pixels
-            )
-        image = decode_full(sample[field_name], max_pixels=self.max_pixels)
+            return decode_planned(data, self.transform, rng, out=out, max_pixels=self.max_pixels)
+        image = decode_full(data, max_pixels=self.max_pixels)
         if self.transform is None:
             return np.asarray(image)
         if timer is None:
@@ -142,6 +171,29 @@ class SampleDecoder:
         finally:
             timer.seconds += time.perf_counter() - started
             timer.cpu_seconds += time.thread_time() - cpu_started
+
+    def _window(
+        self,
+        index: int,
+        epoch: int,
+        members: list[dict[str, Any]],
+        out: np.ndarray | None,
+        timer: TransformTimer | None,
+    ) -> Decoded:
+        decoded = [
+            self(index, epoch, member, None if out is None else out[r], timer)
+            for r, member in enumerate(members)
+        ]
+        names = dict.fromkeys(name for _, others in decoded for name in others)
+        others = {name: [d[1].get(name) for d in decoded] for name in names}
+        images = [image for image, _ in decoded]
+        if out is not None or not self.image_names:
+            return out, others
+        if all(isinstance(x, np.ndarray) and x.shape == images[0].shape for x in images):
+            return np.stack(images), others
+        raise ValueError(
+            "a window's frames decode to different shapes; use a transform with a fixed output size"
+        )
 
 
 class WorkerError(RuntimeError):
@@ -187,7 +239,7 @@ def _worker_main(
         try:
             cpu_started = time.thread_time()
             timer = TransformTimer()
-            out: list[tuple[int, str, Any]] = []
+            out: list[tuple[int, str, Any, dict[str, Any]]] = []
             for position, index, fields in task.items:
                 place = None
                 if arena is not None and (position + 1) * sample_bytes <= slot_bytes:
@@ -196,18 +248,18 @@ def _worker_main(
                     offset = task.slot * slot_bytes + position * sample_bytes
                     place = memoryview(arena)[offset : offset + sample_bytes]
                 try:
-                    value = decoder(index, task.epoch, fields, None, timer)
+                    value, others = decoder(index, task.epoch, fields, None, timer)
                 except ValueError as exc:
-                    out.append((position, "error", str(exc)))
+                    out.append((position, "error", (isinstance(exc, MissingField), str(exc)), {}))
                     continue
                 array = np.ascontiguousarray(value) if isinstance(value, np.ndarray) else None
                 if array is not None and place is not None and array.nbytes <= sample_bytes:
                     np.frombuffer(place, dtype=np.uint8, count=array.nbytes)[:] = array.view(
                         np.uint8
                     ).reshape(-1)
-                    out.append((position, "arena", (array.shape, array.dtype.str)))
+                    out.append((position, "arena", (array.shape, array.dtype.str), others))
                 else:
-                    out.append((position, "inline", value))
+                    out.append((position, "inline", value, others))
                 del place
             decode_cpu = time.thread_time() - cpu_started - timer.cpu_seconds
             results.put(("done", task.task, (out, decode_cpu, timer.seconds)))
@@ -323,9 +375,9 @@ class ProcessDecoder:
         return task
 
     def collect(self, task: int, slot: int) -> tuple[list[tuple[int, Any]], float, float]:
-        """Wait for a task: ``(position, array or ValueError)`` per sample, the CPU seconds
-        its worker spent outside a user transform, and the seconds spent in one. Arena
-        results are copied out of shared memory.
+        """Wait for a task: ``(position, (image, fields) or ValueError)`` per sample, the
+        CPU seconds its worker spent outside a user transform, and the seconds spent in one.
+        Arena results are copied out of shared memory.
 
         Raises:
             WorkerError: The task raised in its worker (with the worker's traceback), or a
@@ -340,9 +392,10 @@ class ProcessDecoder:
             raise WorkerError(f"a decode worker failed:\n{value}")
         items, seconds, transform_s = value
         out: list[tuple[int, Any]] = []
-        for position, how, result in items:
+        for position, how, result, others in items:
             if how == "error":
-                out.append((position, ValueError(result)))
+                missing, message = result
+                out.append((position, MissingField(message) if missing else ValueError(message)))
             elif how == "arena" and self._arena is not None:
                 shape, dtype = result
                 array = np.empty(shape, dtype=np.dtype(dtype))
@@ -350,9 +403,9 @@ class ProcessDecoder:
                 array.view(np.uint8).reshape(-1)[:] = np.frombuffer(
                     self._arena, dtype=np.uint8, count=array.nbytes, offset=offset
                 )
-                out.append((position, array))
+                out.append((position, (array, others)))
             else:
-                out.append((position, result))
+                out.append((position, (result, others)))
         return out, seconds, transform_s
 
     def _get_result(self) -> tuple[Any, ...]:
