@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from stoker.storage.base import key_problem
-from stoker.storage.rawlist import _parse
+from stoker.storage.listpage import parse_page
 from stoker.storage.transfer import safe_local_path
 
 FUZZ = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -46,7 +46,7 @@ def _listing(listed: list[str]) -> bytes:
 @FUZZ
 @given(st.lists(keys, min_size=1, max_size=8))
 def test_listed_keys_survive_the_parser_and_never_leave_the_root(listed: list[str]) -> None:
-    page = _parse(_listing(listed))
+    page = parse_page(_listing(listed))
     assert [meta.key for meta in page.objects] == listed
     for key in listed:
         problem = key_problem(key)

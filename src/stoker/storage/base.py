@@ -63,6 +63,8 @@ def key_problem(key: str) -> str | None:
     """
     if not key:
         return "empty key"
+    if any("\ud800" <= c <= "\udfff" for c in key):  # bytes a listing could not decode
+        return "bytes that are not UTF-8"
     control = next((c for c in key if ord(c) < 0x20 or ord(c) == 0x7F), None)
     if control is not None:
         return f"control character {control!r}"

@@ -10,24 +10,37 @@ every key as it is; the caller names the ones it cannot use as failures.
 It needs the credentials in the store's configuration (keys given, from the environment or
 a profile) or an anonymous store; with credentials that only obstore can resolve (instance
 metadata, web identity) it is not available and the listing error names the key instead.
+
+The server is not trusted to page sensibly. One request, connection to last byte, is cut at
+``timeout_s`` however slowly the bytes come. A listing that makes no progress (a
+continuation token sent back, keys not past ``start-after`` or the previous page, a
+truncated page with no keys and nothing to go on, a key outside the prefix) ends with a
+:class:`~stoker.errors.StorageError` naming the bucket, the prefix and what the server did,
+instead of asking again forever. Pages are parsed by :mod:`stoker.storage.listpage`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import datetime
+import contextlib
 import http.client
+import socket
 import ssl
+import threading
 import urllib.parse
-import xml.etree.ElementTree as ElementTree
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from stoker.errors import StorageError
 from stoker.storage.base import Listing, ObjectMeta
+from stoker.storage.listpage import RawPage, key_bytes, parse_page
 from stoker.storage.sigv4 import sigv4_headers
 
-_NS = "{http://s3.amazonaws.com/doc/2006-03-01/}"
+__all__ = ["RawLister", "RawPage", "RootedLister", "invalid_key_in"]
+
 _MAX_BODY = 64 << 20  # a listing page of 1000 keys is well under 1 MB
+#: Truncated pages with no keys in a row, each with a new token, before the listing gives up.
+MAX_EMPTY_PAGES = 100
 
 
 def invalid_key_in(exc: BaseException) -> str | None:
@@ -40,17 +53,6 @@ def invalid_key_in(exc: BaseException) -> str | None:
     start += len(marker)
     end = text.find('": ', start)
     return text[start:end] if end > start else text[start : start + 200]
-
-
-@dataclass(frozen=True, slots=True)
-class RawPage:
-    """One page of a listing: objects, common prefixes, and the last key it held."""
-
-    objects: list[ObjectMeta]
-    prefixes: list[str]
-    last: str | None
-    truncated: bool
-    token: str | None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -112,8 +114,7 @@ class RawLister:
             query["continuation-token"] = token
         elif start_after:
             query["start-after"] = start_after
-        body = self._get(query)
-        return _parse(body)
+        return parse_page(self._get(query))
 
     def _get(self, query: dict[str, str]) -> bytes:
         url = urllib.parse.urlsplit(self.endpoint)
@@ -135,17 +136,40 @@ class RawLister:
             )
         else:
             connection = http.client.HTTPConnection(host, timeout=self.timeout_s)
+        # The socket's timeout bounds each read; this bounds the whole request, so a server
+        # that sends a byte now and then cannot hold the listing past timeout_s.
+        expired = threading.Event()
+        timer = threading.Timer(self.timeout_s, _cut, (connection, expired))
+        timer.daemon = True
+        timer.start()
         try:
+            connection.connect()
+            if expired.is_set():
+                raise TimeoutError
             connection.request("GET", f"{path}?{canonical_query}", headers=headers)
             response = connection.getresponse()
             body = response.read(_MAX_BODY + 1)
+            if expired.is_set():
+                raise TimeoutError
+            if len(body) > _MAX_BODY:
+                raise OSError(f"raw listing: a page of more than {_MAX_BODY} bytes")
+            if response.length:  # what Content-Length announced did not all come
+                raise http.client.IncompleteRead(body, response.length)
+        except (OSError, http.client.HTTPException) as exc:
+            if expired.is_set():
+                raise TimeoutError(
+                    f"raw listing: no complete answer within timeout_s={self.timeout_s:g}"
+                ) from None
+            if isinstance(exc, OSError):
+                raise
+            # The words retry.classify reads: a connection broken mid-answer is retried.
+            raise ConnectionError(f"raw listing: connection reset mid-answer: {exc!r}") from None
         finally:
+            timer.cancel()
             connection.close()
         if response.status != 200:
             # The words retry.classify and remote's error mapping read.
             raise OSError(f"raw listing: status code: {response.status}: {body[:2000]!r}")
-        if len(body) > _MAX_BODY:
-            raise OSError(f"raw listing: a page of more than {_MAX_BODY} bytes")
         return body
 
     def _sign(self, host: str, path: str, canonical_query: str) -> dict[str, str]:
@@ -162,71 +186,87 @@ class RawLister:
 
 
 def _quote(text: str) -> str:
-    return urllib.parse.quote(text, safe="-_.~")
+    # A key's own bytes: one that is not UTF-8 came back as lone surrogates (listpage).
+    return urllib.parse.quote(key_bytes(text), safe="-_.~")
 
 
-def _text(element: ElementTree.Element, name: str) -> str | None:
-    found = element.find(f"{_NS}{name}")
-    if found is None:
-        found = element.find(name)
-    return found.text if found is not None else None
+def _cut(connection: http.client.HTTPConnection, expired: threading.Event) -> None:
+    # Past the deadline: wake the reading thread (its recv returns at once) and say why.
+    expired.set()
+    sock = connection.sock
+    if sock is not None:
+        with contextlib.suppress(OSError):  # already closed
+            sock.shutdown(socket.SHUT_RDWR)
 
 
-def _key(text: str | None, *, encoded: bool) -> str:
-    if not encoded:  # the server ignored encoding-type=url
-        return text or ""
-    # encoding-type=url: S3 writes a space as '+' and a '+' as %2B.
-    return urllib.parse.unquote_plus(text or "", errors="surrogateescape")
+class _Progress:
+    """Checks that the pages of one listing move on, and says what the server did if not."""
 
+    def __init__(self, lister: RawLister, prefix: str, start_after: str | None) -> None:
+        self._where = f"s3://{lister.bucket}/{prefix}"
+        self._prefix = prefix
+        self._after = key_bytes(start_after) if start_after is not None else None
+        self._start_after = start_after
+        self._highest = self._after
+        self._tokens: set[str] = set()
+        self._empty = 0
 
-def _parse(body: bytes) -> RawPage:
-    if b"<!DOCTYPE" in body or b"<!ENTITY" in body:
-        # A listing never declares a DTD: refusing one leaves no entity to expand.
-        raise OSError("raw listing: an answer with a DTD is refused")
-    try:
-        root = ElementTree.fromstring(body)  # noqa: S314  # no DTD, so no entities (above)
-    except ElementTree.ParseError as exc:
-        raise OSError(f"raw listing: not a ListObjectsV2 answer: {exc}") from None
-    encoded = (_text(root, "EncodingType") or "").lower() == "url"
-    objects: list[ObjectMeta] = []
-    for item in [*root.findall(f"{_NS}Contents"), *root.findall("Contents")]:
-        stamp = _text(item, "LastModified")
-        etag = _text(item, "ETag")
-        objects.append(
-            ObjectMeta(
-                key=_key(_text(item, "Key"), encoded=encoded),
-                size=int(_text(item, "Size") or 0),
-                etag=etag.strip('"') if etag else None,
-                last_modified=_when(stamp),
-            )
+    def _fail(self, what: str) -> StorageError:
+        return StorageError(
+            f"listing {self._where}: the server {what}; stopped rather than ask again"
         )
-    prefixes = [
-        _key(_text(item, "Prefix"), encoded=encoded)
-        for item in [*root.findall(f"{_NS}CommonPrefixes"), *root.findall("CommonPrefixes")]
-    ]
-    keys = [meta.key for meta in objects] + prefixes
-    return RawPage(
-        objects=objects,
-        prefixes=prefixes,
-        last=max(keys) if keys else None,
-        truncated=(_text(root, "IsTruncated") or "").lower() == "true",
-        token=_text(root, "NextContinuationToken"),
-    )
+
+    def check(self, page: RawPage, *, sent: str | None, needs_token: bool) -> None:
+        """Raise StorageError if ``page`` (the answer to ``sent``) makes no progress; a
+        truncated page must carry a token when ``needs_token`` or it has no keys."""
+        if sent is not None:
+            if page.truncated and page.token in (self._tokens | {sent}):
+                raise self._fail(
+                    f"sent back a continuation token it had sent before ({_short(page.token)})"
+                )
+            self._tokens.add(sent)
+        keys = page.keys
+        outside = next((k for k in keys if not k.startswith(self._prefix)), None)
+        if outside is not None:
+            raise self._fail(f"listed {_short(outside)}, which is not under the prefix")
+        if keys:
+            order = [key_bytes(k) for k in keys]
+            if self._after is not None and min(order) <= self._after:
+                early = keys[order.index(min(order))]
+                raise self._fail(
+                    f"ignored start-after: after {_short(self._start_after)} it listed "
+                    f"{_short(early)}"
+                )
+            if self._highest is not None and max(order) <= self._highest:
+                raise self._fail(f"listed no key past {_short(page.last)} on the next page")
+            self._highest = max(order)
+            self._empty = 0
+        elif page.truncated:
+            self._empty += 1
+            if self._empty > MAX_EMPTY_PAGES:
+                raise self._fail(f"sent {self._empty} truncated pages in a row with no keys")
+        if page.truncated and (needs_token or not keys) and not page.token:
+            raise self._fail(
+                "said the listing is truncated but sent no continuation token"
+                + ("" if keys else " and no keys")
+            )
 
 
-def _when(stamp: str | None) -> datetime.datetime | None:
-    if not stamp:
-        return None
-    try:
-        return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
-    except ValueError:
-        return None
+def _last(objects: list[ObjectMeta]) -> str | None:
+    return max((meta.key for meta in objects), key=key_bytes, default=None)
+
+
+def _short(text: str | None) -> str:
+    return repr(text) if text is None or len(text) <= 80 else repr(text[:80]) + "..."
 
 
 @dataclass(frozen=True, slots=True)
 class RootedLister:
     """A :class:`RawLister` for a store rooted at ``root`` (its prefix in the bucket): keys
-    and prefixes in and out are relative to the root, as the store's own are."""
+    and prefixes in and out are relative to the root, as the store's own are.
+
+    A listing that makes no progress raises :class:`~stoker.errors.StorageError` (see the
+    module docstring)."""
 
     lister: RawLister
     root: str
@@ -234,16 +274,18 @@ class RootedLister:
     def _full(self, key: str) -> str:
         return f"{self.root}/{key}" if self.root else key
 
-    async def page(
-        self, prefix: str, *, start_after: str | None, delimiter: bool, token: str | None = None
-    ) -> RawPage:
-        """One page under ``prefix`` (a folder of the store) after ``start_after``."""
+    def _folder(self, prefix: str) -> str:
         folder = self._full(prefix.strip("/")) if prefix.strip("/") else self.root
-        full = f"{folder}/" if folder else ""
-        after = self._full(start_after) if start_after is not None else None
-        page = await asyncio.to_thread(
+        return f"{folder}/" if folder else ""
+
+    async def _fetch(
+        self, full: str, after: str | None, delimiter: bool, token: str | None
+    ) -> RawPage:
+        return await asyncio.to_thread(
             self.lister.page, full, start_after=after, delimiter=delimiter, token=token
         )
+
+    def _relative(self, page: RawPage) -> RawPage:
         cut = len(self.root) + 1 if self.root else 0
         return replace(
             page,
@@ -252,14 +294,36 @@ class RootedLister:
             last=page.last[cut:] if page.last is not None else None,
         )
 
+    async def page(
+        self, prefix: str, *, start_after: str | None, delimiter: bool, token: str | None = None
+    ) -> RawPage:
+        """The next page under ``prefix`` (a folder of the store) after ``start_after``
+        that holds keys, or the last one: truncated pages with no keys are read past by
+        their continuation tokens."""
+        full = self._folder(prefix)
+        after = self._full(start_after) if start_after is not None else None
+        progress = _Progress(self.lister, full, after)
+        while True:
+            page = await self._fetch(full, after, delimiter, token)
+            if not delimiter:  # no common prefixes without one: keys only move a listing on
+                page = replace(page, prefixes=[], last=_last(page.objects))
+            progress.check(page, sent=token, needs_token=False)
+            if page.keys or not page.truncated:
+                return self._relative(page)
+            token = page.token
+
     async def level(self, prefix: str) -> Listing:
         """One level (delimiter ``/``) under ``prefix``, every page of it."""
+        full = self._folder(prefix)
+        progress = _Progress(self.lister, full, None)
         listing = Listing(prefixes=[], objects=[])
         token: str | None = None
         while True:
-            page = await self.page(prefix, start_after=None, delimiter=True, token=token)
-            listing.prefixes.extend(page.prefixes)
-            listing.objects.extend(page.objects)
-            if not page.truncated or not page.token:
+            page = await self._fetch(full, None, True, token)
+            progress.check(page, sent=token, needs_token=True)
+            relative = self._relative(page)
+            listing.prefixes.extend(relative.prefixes)
+            listing.objects.extend(relative.objects)
+            if not page.truncated:
                 return listing
             token = page.token
