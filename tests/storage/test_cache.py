@@ -250,3 +250,42 @@ def test_cache_reads_never_caches_twice(tmp_path: Path) -> None:
     assert bytes(second.get_range("o", start=0, end=120)) == b"q" * 120
     assert first.cache.entries() == 0  # nothing went through the first cache
     assert second_cache.entries() == 3
+
+
+def test_a_loader_evicting_never_deletes_or_writes_through_a_link(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 22.2: a Loader evicting deleted the files of a folder linked into the cache, as
+    its oldest entries; and it wrote entries into a folder linked in place of one of its own."""
+    from stoker import CacheConfig
+    from stoker.pack.packer import PackConfig, pack
+    from stoker.pipeline.loader import Loader
+    from stoker.testing.images import write_image_folder
+
+    write_image_folder(tmp_path / "src", files=40, classes=2, width=48, height=40)
+    pack(tmp_path / "src", tmp_path / "ds", config=PackConfig(samples_per_shard=10))
+    cache_dir = tmp_path / "cache"
+    DiskCache(cache_dir, max_bytes=1 << 20)
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    for n in range(3):
+        file = victim / (f"{n:02x}" * 32)  # named as an entry would be
+        file.write_bytes(b"someone's data")
+        os.utime(file, (1, 1))  # older than any entry
+    (victim / "notes.txt").write_bytes(b"mine")
+    before = {p.name: p.read_bytes() for p in victim.iterdir()}
+    entries = cache_dir / "v1" / "entries"
+    (entries / "zz").symlink_to(victim, target_is_directory=True)
+    for prefix in range(64):  # a quarter of the entries' folders are links
+        (entries / f"{prefix:02x}").symlink_to(victim, target_is_directory=True)
+    cache = CacheConfig(dir=cache_dir, max_bytes=48 << 10, page_bytes=4096)
+    with Loader(tmp_path / "ds", batch_size=8, cache=cache) as loader:
+        for epoch in range(2):
+            loader.set_epoch(epoch)
+            assert sum(len(batch["key"]) for batch in loader) == 40
+        counts = loader.stats().disk_cache
+    assert counts["cache.evictions"] > 0
+    assert counts["cache.writes"] > 0
+    assert {p.name: p.read_bytes() for p in victim.iterdir()} == before
+    assert "left alone" in caplog.text
+    assert f"{entries / '00'} (a symbolic link to {victim})" in caplog.text

@@ -11,7 +11,10 @@ may use one directory at once:
   lock when its holder dies, so a crash never leaves a stale lock;
 - when the total passes the limit, the oldest entries (by last use, kept in their mtime)
   are deleted down to 90 % of it, so the limit holds to within one entry;
-- leftovers of writers that died mid-write are removed when a cache is opened.
+- leftovers of writers that died mid-write are removed when a cache is opened;
+- the cache reads and deletes only regular files it wrote (named by a key's digest), never
+  through a symbolic link: a link or a stranger's file planted under ``entries/`` is left
+  alone and named in a warning (the directory is shared by every job on the node).
 
 :class:`~stoker.storage.cached.CachedStore` serves a store's ranged reads through it.
 """
@@ -21,10 +24,11 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import hashlib
 import logging
 import os
+import re
 import shutil
+import stat
 import struct
 import threading
 import time
@@ -34,6 +38,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from stoker.core.metrics import Counters
+from stoker.storage.cache_files import EntryFiles, describe_path
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +53,8 @@ _STALE_TMP_S = 60.0
 _ABANDONED_TMP_S = 3600.0
 #: Last-use times closer than this to now are not rewritten (saves a syscall per hit).
 _TOUCH_EVERY_S = 10.0
+#: The names of the files the cache writes to ``tmp/``.
+_TMP_NAME = re.compile(r"[0-9]+-.+")
 
 
 class DiskCache:
@@ -57,6 +64,8 @@ class DiskCache:
         directory: Where entries live (created if missing). Share it between processes.
         max_bytes: Upper bound on the bytes of all entries (headers included).
         counters: Where ``cache.*`` counters go (hits, misses, bytes, evictions, errors).
+        create: Make the cache's folders if missing; without it, a directory that is not
+            already a cache is refused (read-only uses never write into a stranger's folder).
 
     Writes are best effort: when the disk is full or unwritable, the cache logs one warning
     naming the directory and the reason, stops writing in this process, and reads go on
@@ -69,6 +78,7 @@ class DiskCache:
         *,
         max_bytes: int,
         counters: Counters | None = None,
+        create: bool = True,
     ) -> None:
         if max_bytes < 1:
             raise ValueError(f"max_bytes must be >= 1, got {max_bytes}")
@@ -78,14 +88,30 @@ class DiskCache:
         self._root = self.directory / _LAYOUT
         self._entries = self._root / "entries"
         self._tmp = self._root / "tmp"
-        try:
-            self._entries.mkdir(parents=True, exist_ok=True)
-            self._tmp.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise OSError(exc.errno, f"cannot create cache directory {self._root}: {exc}") from exc
+        if create:
+            try:
+                self._entries.mkdir(parents=True, exist_ok=True)
+                self._tmp.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise OSError(
+                    exc.errno, f"cannot create cache directory {self._root}: {exc}"
+                ) from exc
+        elif not is_disk_cache(self.directory):
+            raise FileNotFoundError(
+                f"{self.directory} is not a stoker disk cache (it has no "
+                f"{Path(_LAYOUT, 'entries')}, {Path(_LAYOUT, 'tmp')} and {Path(_LAYOUT, 'lock')})"
+            )
+        for folder in (self._root, self._entries, self._tmp):
+            if folder.is_symlink():
+                raise ValueError(
+                    f"{folder} is a symbolic link (to {folder.readlink()}): the cache never "
+                    "works through a link; remove it, or give the cache another directory"
+                )
         self._thread_lock = threading.Lock()
         self._fds: tuple[int, int, int] | None = None  # (pid, lock fd, size fd)
         self._writable = True
+        self._told: set[str] = set()  # paths left alone and already named in a warning
+        self._files = EntryFiles(self._entries, self._leave_alone)
         with self._locked():
             self._remove_stale_tmp()
 
@@ -106,13 +132,13 @@ class DiskCache:
 
     # -- cross-process lock and running total ---------------------------------------------
 
-    def _files(self) -> tuple[int, int]:
+    def _lock_files(self) -> tuple[int, int]:
         # Descriptors are per process: after a fork, the child must not share the parent's
         # open file description (flock would then not exclude the two).
         pid = os.getpid()
         if self._fds is None or self._fds[0] != pid:
-            lock_fd = os.open(self._root / "lock", os.O_RDWR | os.O_CREAT, 0o644)
-            size_fd = os.open(self._root / "size", os.O_RDWR | os.O_CREAT, 0o644)
+            lock_fd = _open_own(self._root / "lock")
+            size_fd = _open_own(self._root / "size")
             self._fds = (pid, lock_fd, size_fd)
         return self._fds[1], self._fds[2]
 
@@ -120,7 +146,7 @@ class DiskCache:
     def _locked(self) -> Iterator[int]:
         """Hold this process's thread lock and the directory's flock; yield the size fd."""
         with self._thread_lock:
-            lock_fd, size_fd = self._files()
+            lock_fd, size_fd = self._lock_files()
             fcntl.flock(lock_fd, fcntl.LOCK_EX)
             try:
                 yield size_fd
@@ -139,28 +165,36 @@ class DiskCache:
     # -- entries ---------------------------------------------------------------------------
 
     def _path(self, key: str) -> Path:
-        digest = hashlib.sha256(key.encode()).hexdigest()
-        return self._entries / digest[:2] / digest
+        folder, name = self._files.locate(key)
+        return self._entries / folder / name
+
+    def _leave_alone(self, paths: list[str]) -> None:
+        # Each path once per cache object: a loader evicts often.
+        new = [path for path in paths if path not in self._told]
+        if not new:
+            return
+        self._told.update(new)
+        logger.warning(
+            "disk cache %s: left alone %d path(s) it did not write (it never reads, writes or "
+            "deletes through them): %s%s",
+            self.directory,
+            len(new),
+            "; ".join(describe_path(path) for path in new[:10]),
+            f"; and {len(new) - 10} more" if len(new) > 10 else "",
+        )
 
     def get(self, key: str) -> bytes | None:
         """The bytes stored under ``key``, or None (a miss, or a damaged entry removed)."""
-        path = self._path(key)
-        try:
-            with open(path, "rb") as f:
-                data = f.read()
-                used = os.fstat(f.fileno()).st_mtime
-                now = time.time()
-                if now - used > _TOUCH_EVERY_S:  # last use is the mtime: LRU order
-                    os.utime(f.fileno(), (now, now))
-        except FileNotFoundError:
+        folder, name = self._files.locate(key)
+        data = self._files.read(folder, name, touch_after_s=_TOUCH_EVERY_S)
+        if data is None:
             self.counters.add("cache.misses")
             return None
         payload = _unwrap(data)
         if payload is None:
-            logger.warning("disk cache %s: damaged entry %s removed", self.directory, path.name)
+            logger.warning("disk cache %s: damaged entry %s removed", self.directory, name)
             self.counters.add("cache.damaged")
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
+            self._files.remove(folder, name)
             self.counters.add("cache.misses")
             return None
         self.counters.add("cache.hits")
@@ -172,20 +206,18 @@ class DiskCache:
         size = _HEADER.size + len(data)
         if not self._writable or size > self.max_bytes:
             return
-        path = self._path(key)
-        if path.exists():  # another process wrote it meanwhile: no need to write it again
+        folder, name = self._files.locate(key)
+        if self._files.exists(folder, name):  # another process wrote it meanwhile
             return
         tmp = self._tmp / f"{os.getpid()}-{uuid.uuid4().hex}"
         try:
-            with open(tmp, "wb") as f:
+            with open(tmp, "xb") as f:  # x: a new file, never through a link
                 f.write(_HEADER.pack(_MAGIC, len(data), zlib.crc32(data)))
                 f.write(data)
             with self._locked() as size_fd:
-                if path.exists():
+                if not self._files.place(tmp, folder, name):
                     tmp.unlink()
                     return
-                path.parent.mkdir(exist_ok=True)
-                tmp.replace(path)
                 total = self._read_total(size_fd)
                 total = (total if total is not None else self._scan_total()) + size
                 if total > self.max_bytes:
@@ -206,32 +238,20 @@ class DiskCache:
                 reason,
             )
 
-    def _entries_by_age(self) -> list[tuple[float, int, str]]:
-        found = []
-        for sub in os.scandir(self._entries):
-            if not sub.is_dir():
-                continue
-            for entry in os.scandir(sub.path):
-                with contextlib.suppress(FileNotFoundError):
-                    st = entry.stat()
-                    found.append((st.st_mtime, st.st_size, entry.path))
-        found.sort()
-        return found
-
     def _scan_total(self) -> int:
-        return sum(size for _, size, _ in self._entries_by_age())
+        return sum(size for _, size, _, _ in self._files.scan()[0])
 
     def _evict(self, total: int) -> int:
         """Delete least recently used entries down to the low-water mark (under the lock)."""
-        entries = self._entries_by_age()
-        total = sum(size for _, size, _ in entries)  # the truth, in case a writer died
+        entries, strangers = self._files.scan()
+        self._leave_alone(strangers)  # the one place a loader would meet them
+        total = sum(size for _, size, _, _ in entries)  # the truth, in case a writer died
         target = int(self.max_bytes * LOW_WATER)
         evicted = 0
-        for _, size, path in entries:
+        for _, size, folder, name in entries:
             if total <= target:
                 break
-            with contextlib.suppress(FileNotFoundError):
-                Path(path).unlink()
+            if self._files.remove(folder, name):
                 total -= size
                 evicted += 1
         self.counters.add("cache.evictions", evicted)
@@ -239,13 +259,18 @@ class DiskCache:
 
     def _remove_stale_tmp(self) -> None:
         now = time.time()
-        for entry in os.scandir(self._tmp):
-            pid_text = entry.name.split("-", 1)[0]
-            alive = pid_text.isdigit() and _pid_alive(int(pid_text))
-            with contextlib.suppress(FileNotFoundError):
-                age = now - entry.stat().st_mtime
-                if (not alive and age > _STALE_TMP_S) or age > _ABANDONED_TMP_S:
-                    Path(entry.path).unlink()
+        with os.scandir(self._tmp) as found:
+            for entry in found:
+                if not _TMP_NAME.fullmatch(entry.name):
+                    continue  # not a name this cache writes
+                pid_text = entry.name.split("-", 1)[0]
+                alive = _pid_alive(int(pid_text))
+                with contextlib.suppress(FileNotFoundError):
+                    info = entry.stat(follow_symlinks=False)
+                    age = now - info.st_mtime
+                    stale = (not alive and age > _STALE_TMP_S) or age > _ABANDONED_TMP_S
+                    if stale and stat.S_ISREG(info.st_mode):
+                        Path(entry.path).unlink()  # tmp/ is a real folder (checked on open)
 
     @property
     def bytes(self) -> int:
@@ -255,7 +280,13 @@ class DiskCache:
 
     def entries(self) -> int:
         """Number of entries now."""
-        return len(self._entries_by_age())
+        return len(self._files.scan()[0])
+
+    def left_alone(self) -> list[str]:
+        """Paths under the cache's ``entries/`` that it did not write (symbolic links, other
+        files and folders, as :func:`describe_path` says): never read, written through or
+        deleted."""
+        return self._files.scan()[1]
 
     def verify(self) -> tuple[int, int]:
         """Check every entry's length and CRC-32; remove damaged ones.
@@ -264,25 +295,23 @@ class DiskCache:
             ``(entries checked, damaged entries removed)``.
         """
         checked = damaged = 0
-        for _, _, path in self._entries_by_age():
-            try:
-                data = Path(path).read_bytes()
-            except FileNotFoundError:
+        for _, _, folder, name in self._files.scan()[0]:
+            data = self._files.read(folder, name)
+            if data is None:
                 continue
             checked += 1
-            if _unwrap(data) is None:
+            if _unwrap(data) is None and self._files.remove(folder, name):
                 damaged += 1
-                with contextlib.suppress(FileNotFoundError):
-                    Path(path).unlink()
         return checked, damaged
 
-    def clear(self) -> None:
-        """Delete every entry."""
+    def clear(self) -> int:
+        """Delete every entry; returns how many were deleted."""
+        removed = 0
         with self._locked() as size_fd:
-            for _, _, path in self._entries_by_age():
-                with contextlib.suppress(FileNotFoundError):
-                    Path(path).unlink()
-            self._write_total(size_fd, 0)
+            for _, _, folder, name in self._files.scan()[0]:
+                removed += self._files.remove(folder, name)
+            self._write_total(size_fd, self._scan_total())
+        return removed
 
     def close(self) -> None:
         """Close this process's lock and size files (the cache reopens them if used again)."""
@@ -291,6 +320,32 @@ class DiskCache:
                 os.close(self._fds[1])
                 os.close(self._fds[2])
             self._fds = None
+
+
+def is_disk_cache(directory: str | os.PathLike[str]) -> bool:
+    """Whether ``directory`` holds a :class:`DiskCache` (its folders and lock file)."""
+    root = Path(directory) / _LAYOUT
+    return (
+        _is_real_dir(root / "entries") and _is_real_dir(root / "tmp") and (root / "lock").is_file()
+    )
+
+
+def _open_own(path: Path) -> int:
+    """Open (or make) one of the cache's own files, never through a link."""
+    try:
+        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+        raise OSError(
+            exc.errno,
+            f"{path} is a symbolic link (to {path.readlink()}): the cache never writes "
+            "through a link; remove it, or give the cache another directory",
+        ) from exc
+
+
+def _is_real_dir(path: Path) -> bool:
+    return path.is_dir() and not path.is_symlink()
 
 
 def _unwrap(data: bytes) -> bytes | None:
