@@ -268,3 +268,48 @@ def test_workers_are_bounded_by_the_open_file_limit(tmp_path: Path) -> None:
         timeout=120,
     )
     assert fits.returncode == 0, fits.stderr
+
+
+def _users_files() -> dict[str, bytes]:
+    # A common WebDataset name and an index of the user's own: what pack would write.
+    return {"shard-000000.tar": b"my own tar", "index.bin": b"my own index"}
+
+
+def test_packing_over_a_folder_with_files_is_refused(tmp_path: Path) -> None:
+    """Issue 22.3: pack replaced the user's shard-000000.tar and index.bin without a word."""
+    write_image_folder(tmp_path / "src", files=4, classes=2, width=32, height=24)
+    destination = tmp_path / "mine"
+    destination.mkdir()
+    for name, data in _users_files().items():
+        (destination / name).write_bytes(data)
+    result = _stoker("pack", tmp_path / "src", destination)
+    assert result.exit_code == 1, result.output
+    assert f"{destination}: not empty" in result.output
+    assert "index.bin" in result.output
+    assert "shard-000000.tar" in result.output
+    assert {p.name: p.read_bytes() for p in destination.iterdir()} == _users_files()
+
+
+def test_packing_over_a_prefix_with_objects_is_refused(s3_bucket: Any, tmp_path: Path) -> None:
+    write_image_folder(tmp_path / "src", files=4, classes=2, width=32, height=24)
+    store = s3_bucket.store("mine")
+    for name, data in _users_files().items():
+        store.put(name, data)
+    with pytest.raises(ValueError, match=f"{s3_bucket.url}/mine: not empty") as refused:
+        pack(tmp_path / "src", f"{s3_bucket.url}/mine", storage_options=s3_bucket.options())
+    assert "index.bin" in str(refused.value)
+    assert "shard-000000.tar" in str(refused.value)
+    assert {m.key: bytes(store.get(m.key)) for m in store.list()} == _users_files()
+
+
+def test_a_resumable_pack_with_files_of_others_is_refused(tmp_path: Path) -> None:
+    """A pack of the same input resumes; a file that is not the pack's in it is named."""
+    write_image_folder(tmp_path / "src", files=6, classes=2, width=32, height=24)
+    assert _stoker("pack", tmp_path / "src", tmp_path / "ds").exit_code == 0
+    resumed = _stoker("pack", tmp_path / "src", tmp_path / "ds")
+    assert resumed.exit_code == 0, resumed.output
+    (tmp_path / "ds" / "notes.txt").write_bytes(b"mine")
+    refused = _stoker("pack", tmp_path / "src", tmp_path / "ds")
+    assert refused.exit_code == 1
+    assert "notes.txt" in refused.output
+    assert (tmp_path / "ds" / "notes.txt").read_bytes() == b"mine"

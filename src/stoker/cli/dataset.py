@@ -174,7 +174,8 @@ def pack_command(
     Shards are written whole and the index last, so an interrupted pack never leaves an index
     that points at a partial shard; rerunning the same command resumes where it stopped (with
     other input or arguments it is refused, naming what differs). Every image is checked as
-    training will decode it; DST_URL may not lie inside an input folder.
+    training will decode it; DST_URL may not lie inside an input folder, and must be empty
+    unless it holds that pack: anything else there is named and nothing is written.
     """
     try:
         check_workers(workers)

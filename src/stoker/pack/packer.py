@@ -318,7 +318,9 @@ def pack(
         SourceError: Bad input with ``on_error="raise"``; names the file or record.
         StokerError: The destination holds a pack made from other input or arguments
             (the message names the arguments that differ).
-        ValueError: The destination lies inside the source folder.
+        ValueError: The destination lies inside the source folder, or holds anything
+            but an unfinished or finished pack of the same input and arguments (the
+            message names what is there).
     """
     config = config or PackConfig()
     started = time.perf_counter()
@@ -342,7 +344,8 @@ def pack(
     )
     store = open_store(destination, storage_options=storage_options)
     report = PackReport(source=reader.description, source_format=fmt, destination=store.url)
-    done = resume_state(store, plan, fmt, reader.description)
+    keys = [shard_key(n, prefixes=config.prefixes) for n in range(len(plan.shards))]
+    done = resume_state(store, plan, fmt, reader.description, shard_keys=keys)
     todo = [n for n in range(len(plan.shards)) if n not in done]
     report.shards_reused = len(done)
     if progress is not None:

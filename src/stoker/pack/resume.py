@@ -1,20 +1,56 @@
-"""Pack state in the destination: refusing another pack's, resuming our own, and the last
-check before the commit point (see :mod:`stoker.pack.packer` for the order of writes)."""
+"""Pack state in the destination: refusing another pack's (and anything else there),
+resuming our own, and the last check before the commit point (see :mod:`stoker.pack.packer`
+for the order of writes)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import logging
+from collections.abc import Callable, Collection
 from typing import Any
 
 from stoker.errors import StokerError
-from stoker.format.spec import MANIFEST_NAME, PACK_STATE_DIR
+from stoker.format.spec import ARRAYS_NAME, MANIFEST_NAME, PACK_STATE_DIR
 from stoker.format.writer import ShardRecord
 from stoker.pack.plan import PackPlan
 from stoker.storage import Store
 
 logger = logging.getLogger(__name__)
+
+#: Objects named in a refusal; the listing stops after one more.
+_NAMED = 5
+
+
+def refuse_occupied(store: Store, *, ours: Callable[[str], bool] | None = None) -> None:
+    """Refuse a destination holding objects that are not ``ours`` (by default: any
+    object), naming them: a pack writes only into an empty folder or prefix, or resumes
+    its own pack there, so it never replaces what someone else put there.
+
+    Raises:
+        ValueError: Naming the store and the first objects found.
+    """
+    found: list[str] = []
+    for meta in store.list(""):
+        if ours is None or not ours(meta.key):
+            found.append(meta.key)
+            if len(found) > _NAMED:
+                break
+    if not found:
+        return
+    # repr: a key may hold any character, a newline too.
+    named = ", ".join(map(repr, found[:_NAMED])) + (" and more" if len(found) > _NAMED else "")
+    if ours is not None:
+        raise ValueError(
+            f"{store.url}: holds {named}, which the pack there (of the same input and "
+            "arguments, that this run would resume) did not write: move these away, or "
+            "pack elsewhere"
+        )
+    raise ValueError(
+        f"{store.url}: not empty, it holds {named}; pack writes only into an empty folder "
+        "or prefix (or one holding an unfinished pack of the same input and arguments, "
+        "which it resumes): pack elsewhere, or move these away"
+    )
 
 
 def check_shards_present(store: Store, records: list[ShardRecord]) -> None:
@@ -36,8 +72,23 @@ def check_shards_present(store: Store, records: list[ShardRecord]) -> None:
             )
 
 
-def resume_state(store: Store, plan: PackPlan, fmt: str, description: str) -> dict[int, bytes]:
-    """Records of shards finished by an earlier run of the same plan."""
+def resume_state(
+    store: Store, plan: PackPlan, fmt: str, description: str, *, shard_keys: Collection[str]
+) -> dict[int, bytes]:
+    """Records of shards finished by an earlier run of the same plan.
+
+    Args:
+        store: The destination.
+        plan: This pack's plan.
+        fmt: The source's format, recorded.
+        description: The source, recorded.
+        shard_keys: The keys of this plan's shards.
+
+    Raises:
+        StokerError: The destination holds a pack of other input or arguments.
+        ValueError: It holds anything else that is not this pack's (see
+            :func:`refuse_occupied`).
+    """
     plan_key = f"{PACK_STATE_DIR}/plan.json"
     try:
         existing = json.loads(bytes(store.get(plan_key)))
@@ -50,12 +101,7 @@ def resume_state(store: Store, plan: PackPlan, fmt: str, description: str) -> di
             f"destination or delete the old one first"
         )
     if existing is None:
-        try:
-            store.head(MANIFEST_NAME)
-        except FileNotFoundError:
-            pass
-        else:
-            raise StokerError(f"{store.url} already holds a dataset not made by this pack")
+        refuse_occupied(store)
         state = {
             "plan_id": plan.plan_id,
             "shards": len(plan.shards),
@@ -67,6 +113,8 @@ def resume_state(store: Store, plan: PackPlan, fmt: str, description: str) -> di
         }
         store.put(plan_key, json.dumps(state).encode())
         return {}
+    owned = {MANIFEST_NAME, ARRAYS_NAME, *shard_keys}
+    refuse_occupied(store, ours=lambda key: key in owned or key.startswith(f"{PACK_STATE_DIR}/"))
     done: dict[int, bytes] = {}
     for meta in store.list(PACK_STATE_DIR):
         name = meta.key.rsplit("/", 1)[-1]

@@ -33,6 +33,7 @@ from stoker import DecodeConfig
 from stoker.format.foreign.base import SampleRef
 from stoker.format.foreign.imagefolder import ImageFolderReader
 from stoker.pack.packer import pack
+from stoker.pack.resume import refuse_occupied
 from stoker.pipeline.autotune import default_threads
 from stoker.pipeline.loader import Loader
 from stoker.pipeline.transforms import RandomResizedCrop
@@ -240,14 +241,13 @@ def compare_methods(
         log: Receives one line per step.
 
     Raises:
-        ValueError: ``pack_to`` is not empty.
+        ValueError: ``pack_to`` is not empty (the message names what is there).
         SourceError: ``url`` holds no images.
     """
     config = config or CompareConfig()
     say = log or (lambda _line: None)
     threads = config.threads or default_threads()
-    if next(iter(open_store(pack_to, storage_options=storage_options).list("")), None):
-        raise ValueError(f"{pack_to}: not empty; give an empty location to pack into")
+    refuse_occupied(open_store(pack_to, storage_options=storage_options))
     reader = ImageFolderReader(url, storage_options=storage_options)
     everything = reader.refs()
     refs = sample_refs(everything, config.limit)
