@@ -7,11 +7,13 @@ and nothing else.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import resource
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -211,3 +213,49 @@ def test_workers_fit_the_open_file_limit(tmp_path: Path) -> None:
     assert "--workers 1000 needs more open files than the limit of 256" in done.stderr
     assert "using 64 workers" in done.stderr
     assert len(list((tmp_path / "dst").rglob("*.jpg"))) == 5
+
+
+def _wds_tar(keys: list[str]) -> bytes:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for key in keys:
+            for ext, data in (("txt", key.encode()), ("cls", b"0")):
+                info = tarfile.TarInfo(f"{key}.{ext}")
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+def test_rm_of_a_dataset_indexed_in_place_keeps_the_users_tars(s3_bucket, env) -> None:
+    """Issue 22.5: `stoker index` then `stoker rm -y` deleted the user's own tars."""
+    store = s3_bucket.store("wds")
+    tars = {"mydata-0000.tar": _wds_tar(["a", "b"]), "mydata-0001.tar": _wds_tar(["c"])}
+    for name, data in tars.items():
+        store.put(name, data)
+    url = f"{s3_bucket.url}/wds"
+    runner = CliRunner(env=env)
+    assert runner.invoke(cli, ["index", url]).exit_code == 0
+
+    kept = runner.invoke(cli, ["rm", "-y", url])
+    assert kept.exit_code == 0, kept.output
+    assert f"Removed the index of the dataset at {url}" in kept.output
+    assert "Left its 2 shards" in kept.output
+    assert "mydata-0000.tar" in kept.output
+    assert "--shards" in kept.output
+    assert {m.key: bytes(store.get(m.key)) for m in store.list()} == tars
+
+    assert runner.invoke(cli, ["index", url]).exit_code == 0
+    both = runner.invoke(cli, ["rm", "-y", "--shards", url])
+    assert both.exit_code == 0, both.output
+    assert "its index and 2 shards" in both.output
+    assert list(store.list()) == []
+
+
+def test_rm_of_a_packed_dataset_removes_its_shards_without_asking_for_them(
+    s3_bucket, env, tmp_path: Path
+) -> None:
+    url = _packed(s3_bucket, tmp_path, "packed")
+    result = CliRunner(env=env).invoke(cli, ["rm", "-y", url])
+    assert result.exit_code == 0, result.output
+    assert "Left" not in result.output
+    assert list(s3_bucket.store("packed").list()) == []

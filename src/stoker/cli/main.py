@@ -364,27 +364,38 @@ def upload_command(ctx: Context, /, src_dir: str, dst_url: str, **options: Any) 
 @cli.command("rm")
 @click.argument("url")
 @click.option("-y", "--yes", is_flag=True, help="Remove without asking.")
+@click.option(
+    "--shards",
+    "with_shards",
+    is_flag=True,
+    help="Remove the shards too when stoker did not write them (tars indexed in place by "
+    "stoker index); without it only their index goes.",
+)
 @click.pass_obj
 @handle_errors
-def rm_command(ctx: Context, url: str, yes: bool) -> None:
+def rm_command(ctx: Context, url: str, yes: bool, with_shards: bool) -> None:
     """Remove the packed dataset at URL: its index first, then its shards.
 
     Deletes only what the dataset's index names (index.json, index.bin, the shards and
-    pack's state for them); anything else under URL is left alone. Asks first unless
-    --yes. A URL without an index is refused and nothing is removed.
+    pack's state for them); anything else under URL is left alone. Shards that stoker pack
+    did not write (tars given an index in place by stoker index) stay unless --shards.
+    Asks first unless --yes. A URL without an index is refused and nothing is removed.
     """
     store = _open(ctx, url)
     try:
-        plan = plan_removal(store)
+        plan = plan_removal(store, with_shards=with_shards)
     except FileNotFoundError as exc:
         if isinstance(exc, BucketNotFoundError):
             raise
         fail(f"{url} has no index (index.json): not a packed dataset; nothing was removed")
         return
-    what = (
-        f"the dataset at {url}: its index and {len(plan.shards)} shards "
-        f"({format_bytes(plan.shard_bytes)})"
-    )
+    if plan.kept_shards:
+        what = f"the index of the dataset at {url} (index.json, index.bin)"
+    else:
+        what = (
+            f"the dataset at {url}: its index and {len(plan.shards)} shards "
+            f"({format_bytes(plan.shard_bytes)})"
+        )
     try:
         confirmed = yes or click.confirm(f"Remove {what}?", default=False, err=True)
     except click.Abort:  # no answer: stdin closed
@@ -393,6 +404,14 @@ def rm_command(ctx: Context, url: str, yes: bool) -> None:
         fail("nothing was removed")
     remove_dataset(store, plan)
     click.echo(f"Removed {what}.")
+    if plan.kept_shards:
+        named = ", ".join(printable(name) for name in plan.kept_shards[:5])
+        more = f" and {len(plan.kept_shards) - 5} more" if len(plan.kept_shards) > 5 else ""
+        click.echo(
+            f"Left its {len(plan.kept_shards)} shards ({format_bytes(plan.kept_bytes)}: "
+            f"{named}{more}): stoker index indexed them in place, it did not write them; "
+            "stoker rm --shards removes them too."
+        )
 
 
 @cli.command("demo")
