@@ -259,3 +259,18 @@ def test_rm_of_a_packed_dataset_removes_its_shards_without_asking_for_them(
     assert result.exit_code == 0, result.output
     assert "Left" not in result.output
     assert list(s3_bucket.store("packed").list()) == []
+
+
+@pytest.mark.parametrize("where", ["{src}/sub", "file://{src}/sub/deeper", "{src}"])
+def test_upload_into_its_own_folder_is_refused(tmp_path: Path, where: str) -> None:
+    """Issue 22.6: `upload SRC SRC/sub` copied the folder into itself, more on each rerun."""
+    write_image_folder(tmp_path / "src", files=6, classes=2, width=16, height=16)
+    before = sorted(p for p in (tmp_path / "src").rglob("*"))
+    destination = where.format(src=tmp_path / "src")
+    result = CliRunner().invoke(cli, ["upload", str(tmp_path / "src"), destination])
+    assert result.exit_code == 1, result.output
+    assert "is inside the source folder" in result.output
+    assert str(tmp_path / "src") in result.output
+    assert sorted(p for p in (tmp_path / "src").rglob("*")) == before
+    beside = CliRunner().invoke(cli, ["upload", str(tmp_path / "src"), str(tmp_path / "copy")])
+    assert beside.exit_code == 0, beside.output

@@ -116,17 +116,11 @@ def refuse_destination_in_source(source: str, destination: str) -> None:
         ValueError: Naming both.
     """
     src, dst = parse_url(source), parse_url(destination)
-    if (src.scheme, src.bucket) != (dst.scheme, dst.bucket):
+    if src.scheme == "file" and not Path(src.prefix).is_dir():
+        return  # a list, tar or HDF5 file: no folder to poison
+    if src.scheme != "file" and src.prefix.lower().endswith((*_TFRECORD, *_HDF5, *_LIST, ".tar")):
         return
-    if src.scheme == "file":
-        if not Path(src.prefix).is_dir():  # a list, tar or HDF5 file: no folder to poison
-            return
-        inside = Path(dst.prefix).is_relative_to(Path(src.prefix))
-    else:
-        if src.prefix.lower().endswith((*_TFRECORD, *_HDF5, *_LIST, ".tar")):
-            return
-        inside = dst.prefix == src.prefix or dst.prefix.startswith(f"{src.prefix}/".lstrip("/"))
-    if inside:
+    if src.contains(dst):
         raise ValueError(
             f"destination {dst} is inside the source folder {src}: packing that folder again "
             "would read these shards as input; pack into a folder outside it"

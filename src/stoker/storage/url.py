@@ -49,6 +49,16 @@ class StorageUrl:
         """The URL of ``key`` under this URL, for messages."""
         return f"{str(self).rstrip('/')}/{key}"
 
+    def contains(self, other: StorageUrl) -> bool:
+        """Whether ``other`` is this location or lies under it: the same bucket and a key
+        prefix inside this one's, or a local path inside this folder."""
+        if (self.scheme, self.bucket) != (other.scheme, other.bucket):
+            return False
+        if self.scheme == "file":
+            return Path(other.prefix).is_relative_to(Path(self.prefix))
+        inside = other.prefix == self.prefix or other.prefix.startswith(f"{self.prefix}/")
+        return not self.prefix or inside
+
 
 def parse_url(url: str | os.PathLike[str]) -> StorageUrl:
     """Parse ``url`` into scheme, bucket and prefix.

@@ -23,6 +23,7 @@ from stoker.storage.transfer.config import (
     raise_failures,
 )
 from stoker.storage.transfer.local import walk
+from stoker.storage.url import StorageUrl, parse_url
 
 logger = logging.getLogger(__name__)
 
@@ -53,12 +54,15 @@ def upload(
 
     Raises:
         NotADirectoryError: ``src_dir`` is not a directory.
+        ValueError: The store is ``src_dir`` or a folder inside it (the copy would grow
+            with each run).
         TransferError: Some files failed; the others were uploaded.
     """
     config = config or TransferConfig()
     src = Path(src_dir).expanduser().resolve()
     if not src.is_dir():
         raise NotADirectoryError(f"{src}: not a directory")
+    _refuse_destination_in_source(src, store)
     report = TransferReport(direction="upload", source=str(src), destination=store.url)
     started = time.perf_counter()
     files, others = walk(src, config)
@@ -74,6 +78,22 @@ def upload(
     report.requests = store.counters.snapshot()
     raise_failures(report)
     return report
+
+
+def _refuse_destination_in_source(src: Path, store: Store) -> None:
+    """Refuse a destination inside the folder being uploaded (or the folder itself): its
+    files would be copied into it, and each rerun would copy the copies again.
+
+    Raises:
+        ValueError: Naming both.
+    """
+    destination = parse_url(store.url)
+    if StorageUrl("file", "", str(src)).contains(destination):
+        raise ValueError(
+            f"destination {destination} is inside the source folder {src}: uploading that "
+            "folder would copy it into itself, again on each rerun; upload to a folder "
+            "outside it"
+        )
 
 
 async def _upload(
