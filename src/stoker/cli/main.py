@@ -10,7 +10,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import click
@@ -36,6 +36,7 @@ from stoker.storage.engine import IOEngine
 from stoker.storage.shaping import ShapingPolicy
 from stoker.storage.transfer import (
     BASE_OPEN_FILES,
+    DEFAULT_MAX_THROTTLED_S,
     DEFAULT_WORKERS,
     FILES_PER_WORKER,
     TransferConfig,
@@ -322,19 +323,30 @@ def _fit_open_files(asked: int) -> tuple[int, int]:
 @click.argument("src_url")
 @click.argument("dst_dir", type=click.Path(file_okay=False))
 @transfer_options
+@click.option(
+    "--max-throttled-s",
+    type=click.FloatRange(0, 86_400, min_open=True),
+    default=DEFAULT_MAX_THROTTLED_S,
+    show_default=True,
+    metavar="SECONDS",
+    help="Give up once the store has throttled every request (503 SlowDown) this long.",
+)
 @click.pass_obj
 @handle_errors
-def download_command(ctx: Context, /, src_url: str, dst_dir: str, **options: Any) -> None:
+def download_command(
+    ctx: Context, /, src_url: str, dst_dir: str, max_throttled_s: float, **options: Any
+) -> None:
     """Download every object under SRC_URL into DST_DIR, in parallel.
 
     Keys become paths relative to DST_DIR. A rerun skips files already complete (same size
     and modification time, or MD5 equal to the ETag); partial files are written as
     .NAME.stoker-partial and renamed only when complete. Exits 1 if any object failed,
-    naming each.
+    naming each, or if the store throttled every request for --max-throttled-s.
     """
     run = _prepare(ctx, src_url, "download", options)
+    config = replace(run.config, max_throttled_s=max_throttled_s)
     _run_transfer(
-        lambda: download(run.store, dst_dir, config=run.config, progress=run.bar),
+        lambda: download(run.store, dst_dir, config=config, progress=run.bar),
         run.bar,
         run.as_json,
     )

@@ -33,6 +33,11 @@ first path segment of the key below it: for a store at ``s3://b/datasets/imagene
 ``train/shard-0001.tar`` belongs to ``datasets/imagenet/train`` and ``index.json`` to
 ``datasets/imagenet``.
 
+**Saying so.** The first throttle of the process is logged as a warning (shown without
+``-v``), with the rate the prefix had reached; later ones at debug level. Each shaper keeps
+when it last served a request and since when it has throttled every one, so that a transfer
+can give up on a store that throttles everything (:meth:`Shapers.throttled_since`).
+
 **Processes on one node** each adapt on their own, with the jitter above; what each learns
 is not shared through a file. Measured (docs/reliability.md): 2 downloads and 8 loader ranks
 on one prefix converge to 0.87-0.93x its limit with 2-4 % of requests throttled, so a file
@@ -109,6 +114,9 @@ class PrefixShaper:
         cap: Fixed most requests per second; None for none.
         clock: Monotonic clock in seconds (tests pass a fake one).
         rng: Jitter source.
+        name: The prefix, for messages.
+        on_first_throttle: Called once, at the first throttle, with the shaper and the
+            requests per second the prefix had reached.
     """
 
     def __init__(
@@ -118,10 +126,20 @@ class PrefixShaper:
         cap: float | None = None,
         clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
+        name: str = "",
+        on_first_throttle: Callable[[PrefixShaper, float], None] | None = None,
     ) -> None:
         self.policy = policy
         self.cap = cap
+        self.name = name
         self.throttles = 0
+        #: When a request was last served (any answer but a throttle); -inf: never.
+        self.served_at = -float("inf")
+        #: When the first throttle since the last served request came; None: none since.
+        self.throttled_since: float | None = None
+        #: When the last throttle came; -inf: never.
+        self.throttled_at = -float("inf")
+        self._on_first_throttle = on_first_throttle
         self.waits = 0
         self.wait_s = 0.0
         self._clock = clock
@@ -136,6 +154,7 @@ class PrefixShaper:
         self._tokens = 1.0
         self._last_refill = clock()
         self._admitted: collections.deque[float] = collections.deque()
+        self._refused: collections.deque[float] = collections.deque()  # throttles, last second
         self._lock = asyncio.Lock()
         # Until the first throttle, requests in flight are bounded by a window that grows
         # by one with each success (doubling every round trip), as TCP's slow start does.
@@ -151,8 +170,9 @@ class PrefixShaper:
         return self._rate if self.cap is None else min(self._rate, self.cap)
 
     def _expire(self, now: float) -> None:
-        while self._admitted and self._admitted[0] < now - _WINDOW_S:
-            self._admitted.popleft()
+        for times in (self._admitted, self._refused):
+            while times and times[0] < now - _WINDOW_S:
+                times.popleft()
 
     async def acquire(self) -> tuple[float, float]:
         """Wait for room in the window and a token; return the time the request may be sent
@@ -223,6 +243,8 @@ class PrefixShaper:
         now = self._clock()
         self._admitted.append(now)
         self._expire(now)
+        self.served_at = now
+        self.throttled_since = None
         if self._window is not None:
             self._window = self._window + 1 if self._window < _OPEN_WINDOW else None
             self._wake()
@@ -243,11 +265,18 @@ class PrefixShaper:
     def throttled(self, sent_at: float) -> None:
         """Count a throttled request sent at ``sent_at`` (from :meth:`acquire`); decrease
         the rate if it was sent after the last decrease."""
+        now = self._clock()
         self.throttles += 1
+        self.throttled_at = now
+        if self.throttled_since is None:
+            self.throttled_since = now
+        self._refused.append(now)
+        self._expire(now)
+        if self.throttles == 1 and self._on_first_throttle is not None:
+            seen_s = min(_WINDOW_S, max(now - self._started, _MIN_ESTIMATE_S))
+            self._on_first_throttle(self, (len(self._admitted) + len(self._refused)) / seen_s)
         if not self.policy.adaptive or sent_at < self._last_decrease:
             return
-        now = self._clock()
-        self._expire(now)
         policy = self.policy
         first = self._rate is None
         if first:
@@ -268,7 +297,7 @@ class PrefixShaper:
         self._last_decrease = self._last_update = now
         logger.debug("throttled: request rate now %.1f/s", self._rate)
         if first:
-            logger.info("throttled by the store: shaping requests, %.1f/s to start", self._rate)
+            logger.debug("throttled by the store: shaping requests, %.1f/s to start", self._rate)
 
 
 ShaperKey = tuple[str, str, str]
@@ -280,16 +309,46 @@ class Shapers:
 
     def __init__(self) -> None:
         self._shapers: dict[ShaperKey, PrefixShaper] = {}
+        self._warned = False
 
     def get(self, key: ShaperKey, *, policy: ShapingPolicy, cap: float | None) -> PrefixShaper:
         """The shaper of ``key``, made with ``policy`` on first use. A cap lowers the
         shaper's cap (the lowest any store of the process gave holds)."""
         shaper = self._shapers.get(key)
         if shaper is None:
-            shaper = self._shapers[key] = PrefixShaper(policy=policy, cap=cap)
+            name = "/".join(part for part in key[1:] if part)
+            shaper = self._shapers[key] = PrefixShaper(
+                policy=policy, cap=cap, name=name, on_first_throttle=self._first_throttle
+            )
         elif cap is not None and (shaper.cap is None or cap < shaper.cap):
             shaper.cap = cap
         return shaper
+
+    def _first_throttle(self, shaper: PrefixShaper, rate: float) -> None:
+        # Once a process: a user without -v hears that the store is the bottleneck.
+        if self._warned:
+            logger.info("the store is throttling requests to %s too", shaper.name)
+            return
+        self._warned = True
+        logger.warning(
+            "the store is throttling requests to %s (503 SlowDown or 429) at %.0f requests/s; %s",
+            shaper.name or "its root",
+            rate,
+            "backing off" if shaper.policy.adaptive else "retrying (adaptive rate is off)",
+        )
+
+    def throttled_since(self) -> float | None:
+        """Since when every answer the store gave has been a throttle: the last request
+        served on any prefix, or the first throttle if none was ever served; None if the
+        last answer was not a throttle (or none came)."""
+        shapers = list(self._shapers.values())
+        served = max((s.served_at for s in shapers), default=-float("inf"))
+        since = [
+            s.throttled_since
+            for s in shapers
+            if s.throttled_since is not None and s.throttled_at > served
+        ]
+        return max(served, min(since)) if since else None
 
     def snapshot(self) -> dict[ShaperKey, tuple[int, float | None]]:
         """Each shaper's throttles and current rate (None: unbounded)."""

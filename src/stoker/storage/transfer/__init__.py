@@ -11,7 +11,8 @@ under a final name, and a rerun skips what is already there:
 
 Failed objects do not stop the others; the run ends with :class:`~stoker.errors.TransferError`
 listing each of them. A full disk does stop a download: no new file is started, the partial
-files are removed, and the error says so.
+files are removed, and the error says so; so does a store that has throttled every request
+for ``TransferConfig.max_throttled_s`` (:mod:`~stoker.storage.transfer.throttle`).
 
 Downloads start while the bucket is still being listed, and the listing runs at most
 ``list_ahead`` objects ahead of them, so memory stays bounded however many objects there are.
@@ -25,6 +26,7 @@ checks), :mod:`~stoker.storage.transfer.downloader` and
 from stoker.storage.transfer.config import (
     BASE_OPEN_FILES,
     DEFAULT_LIST_AHEAD,
+    DEFAULT_MAX_THROTTLED_S,
     DEFAULT_WORKERS,
     FILES_PER_WORKER,
     ProgressSink,
@@ -39,6 +41,7 @@ from stoker.storage.transfer.uploader import upload
 __all__ = [
     "BASE_OPEN_FILES",
     "DEFAULT_LIST_AHEAD",
+    "DEFAULT_MAX_THROTTLED_S",
     "DEFAULT_WORKERS",
     "FILES_PER_WORKER",
     "PARTIAL_SUFFIX",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import builtins
 import fnmatch
+import math
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -12,6 +13,8 @@ from stoker.errors import StokerError, TransferError
 
 DEFAULT_WORKERS = 64
 DEFAULT_LIST_AHEAD = 10_000
+#: Seconds of nothing but throttles (503 SlowDown, 429) before a download gives up.
+DEFAULT_MAX_THROTTLED_S = 180.0
 #: Open files a worker may hold at once: its local file and two connections.
 FILES_PER_WORKER = 3
 #: Open files the process needs besides the workers' (interpreter, libraries, the engine).
@@ -67,6 +70,13 @@ class TransferConfig:
             size the listing does not say, and a wrong guess would fail a good file.
         list_ahead: Most objects a download lists ahead of the files it has started; bounds
             its memory on buckets of millions of objects.
+        max_throttled_s: A download gives up once the store has answered every request
+            with a throttle (503 SlowDown, 429) for this many seconds, serving none: it
+            stops the files in flight (leaving no partial file) and raises
+            :class:`~stoker.errors.RetriesExhaustedError` saying that the store is
+            throttling. Any request served starts the count again, so a store that only
+            slows the transfer down never stops it. The first throttle is logged as a
+            warning, with the request rate reached.
     """
 
     workers: int = DEFAULT_WORKERS
@@ -75,12 +85,20 @@ class TransferConfig:
     resume: bool = True
     verify: bool = True
     list_ahead: int = DEFAULT_LIST_AHEAD
+    max_throttled_s: float = DEFAULT_MAX_THROTTLED_S
 
     def __post_init__(self) -> None:
         if self.workers < 1:
             raise ValueError(f"workers must be >= 1, got {self.workers}")
         if self.list_ahead < 1:
             raise ValueError(f"list_ahead must be >= 1, got {self.list_ahead}")
+        throttled = self.max_throttled_s
+        if isinstance(throttled, bool) or not isinstance(throttled, int | float):
+            raise TypeError(f"max_throttled_s must be a number of seconds, got {throttled!r}")
+        if not 0 < throttled < math.inf:
+            raise ValueError(
+                f"max_throttled_s must be a number of seconds > 0, got {self.max_throttled_s!r}"
+            )
 
     def selects(self, key: str) -> bool:
         """Whether ``key`` passes the include and exclude patterns."""

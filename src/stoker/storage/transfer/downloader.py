@@ -34,6 +34,7 @@ from stoker.storage.transfer.local import (
     safe_local_path,
     write_file,
 )
+from stoker.storage.transfer.throttle import within_throttle_budget
 
 
 def download(
@@ -64,6 +65,9 @@ def download(
         TransferError: Some objects failed; the others were downloaded. ``failures`` names
             each with its reason. Or the disk filled up: the download stopped, saying so,
             with no partial file left behind.
+        RetriesExhaustedError: The store answered every request with a throttle for
+            ``config.max_throttled_s``: the download stopped, saying so, with no partial
+            file left behind.
         FileNotFoundError: The bucket does not exist, or nothing is under its prefix (or
             the local folder) at all; ``dst_dir`` is then left alone.
     """
@@ -71,7 +75,23 @@ def download(
     dst = Path(dst_dir).expanduser().resolve()
     report = TransferReport(direction="download", source=store.url, destination=str(dst))
     started = time.perf_counter()
-    store.engine.run(_download(store, dst, config, progress or NoProgress(), report))
+    sink = progress or NoProgress()
+
+    def stopped() -> str:
+        done = report.files_transferred + report.files_skipped
+        return (
+            f"download of {store.url} stopped: {done} of {report.files_total} files listed so "
+            f"far are complete in {dst} and no partial file is left; rerun later to resume"
+        )
+
+    store.engine.run(
+        within_throttle_budget(
+            _download(store, dst, config, sink, report),
+            shapers=store.engine.shapers,
+            budget_s=config.max_throttled_s,
+            stopped=stopped,
+        )
+    )
     report.seconds = time.perf_counter() - started
     report.requests = store.counters.snapshot()
     raise_failures(report)
@@ -120,6 +140,7 @@ async def _download(
     list_error: builtins.list[BaseException] = []
 
     async def produce() -> None:
+        # Cancelled (the transfer stops), it leaves no sentinel: the workers stop too.
         nonlocal listed_all
         try:
             total_bytes = sum(m.size for m in first)
@@ -138,9 +159,8 @@ async def _download(
                     sink.start(files=report.files_total, total_bytes=total_bytes)
         except Exception as exc:  # raised once the files already listed are done
             list_error.append(exc)
-        finally:
-            for _ in range(config.workers):
-                await queue.put(None)
+        for _ in range(config.workers):
+            await queue.put(None)
 
     async def fetch(meta: ObjectMeta) -> None:
         partial: Path | None = None
@@ -211,6 +231,7 @@ async def _download_parts(store: Store, meta: ObjectMeta, partial: Path, part_si
     try:
         reserve(fd, meta.size)
         failed: builtins.list[BaseException] = []
+        writes: builtins.list[asyncio.Future[None]] = []
 
         async def part(start: int) -> None:
             if failed:  # one part failed: the file fails, start no more parts
@@ -218,14 +239,17 @@ async def _download_parts(store: Store, meta: ObjectMeta, partial: Path, part_si
             end = min(start + part_size, meta.size)
             try:
                 data = await store.get_range_async(meta.key, start=start, end=end)
-                await asyncio.to_thread(pwrite_all, fd, data, start)
+                writes.append(asyncio.ensure_future(asyncio.to_thread(pwrite_all, fd, data, start)))
+                await asyncio.shield(writes[-1])  # cancelled, the write still ends (below)
             except Exception as exc:
                 failed.append(exc)
 
-        # Every part is awaited before the descriptor is closed, even after a failure: a
-        # write still running could otherwise land in a file that reused the number.
         await asyncio.gather(*(part(s) for s in range(0, meta.size, part_size)))
         if failed:
             raise failed[0]
     finally:
+        # Every write ends before the descriptor is closed, even after a failure or a
+        # cancellation: one still running could otherwise land in a file that reused it.
+        if writes:
+            await asyncio.wait(writes)
         os.close(fd)
