@@ -10,11 +10,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from stoker.errors import SourceError
+from stoker.errors import ShardFormatError, SourceError
 from stoker.format.foreign.wds_tar import refuse_compressed_names, scan_tar
-from stoker.format.index import DatasetIndex, write_index
+from stoker.format.index import DatasetIndex, read_index, write_index
+from stoker.format.spec import ARRAYS_NAME, MANIFEST_NAME
 from stoker.format.writer import SampleRecord, ShardRecord
 from stoker.storage import StorageOptions, open_store
+from stoker.storage.base import Store
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +71,7 @@ def index_webdataset(
     if not names:
         refuse_compressed_names(listed, where=store.url)
         raise SourceError(f"{store.url}: no .tar shards to index")
+    refuse_foreign_index(store, listed)
     records: list[ShardRecord] = []
     fields: dict[str, int] = {}
     total = 0
@@ -108,6 +111,31 @@ def index_webdataset(
     return IndexReport(
         store.url, len(index.shards), len(index), total, time.perf_counter() - started
     )
+
+
+def refuse_foreign_index(store: Store, listed: list[str]) -> None:
+    """Refuse to write an index over ``index.json`` or ``index.bin`` files that an earlier
+    ``stoker index`` did not write: the user's own files, or a packed dataset's index.
+
+    Raises:
+        SourceError: Naming the file and what it is.
+    """
+    present = [name for name in (MANIFEST_NAME, ARRAYS_NAME) if name in listed]
+    if not present:
+        return
+    where = f"{store.url}/{present[0]}"
+    try:
+        index = read_index(store)
+    except (FileNotFoundError, ShardFormatError, ValueError):
+        raise SourceError(
+            f"{where} exists and is not a stoker index; stoker index would overwrite it. "
+            "Move it away, or index a copy of the tars elsewhere"
+        ) from None
+    if "indexed_from" not in index.packed_with:
+        raise SourceError(
+            f"{where}: this is a dataset written by stoker pack, not tars to index; "
+            "its index is already there"
+        )
 
 
 def _class_names(given: list[str] | None, records: list[ShardRecord], url: str) -> list[str]:
