@@ -8,6 +8,7 @@ no open connections when pickled, so readers that carry one can be sent to other
 
 from __future__ import annotations
 
+import io
 import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -156,6 +157,52 @@ async def read_object_async(store: Store, key: str, start: int = 0, length: int 
         return bytes(await store.get_range_async(key, start=start, end=start + length))
     except (OSError, ValueError) as exc:
         raise SourceError(f"{_object_url(store, key)}: cannot read: {exc}") from exc
+
+
+class ObjectFile(io.RawIOBase):
+    """A read-only, seekable file over one object of ``store`` (for libraries that take
+    a file, as pyarrow does): each read is one ranged GET of ``key``, used as it is.
+
+    Args:
+        store: The store holding the object.
+        key: The object's key, as listed.
+        size: The object's size in bytes.
+    """
+
+    def __init__(self, store: Store, key: str, size: int) -> None:
+        super().__init__()
+        self._store = store
+        self._key = key
+        self._size = size
+        self._position = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._position
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._position, io.SEEK_END: self._size}[whence]
+        self._position = max(0, base + offset)
+        return self._position
+
+    def read(self, size: int | None = -1) -> bytes:
+        end = self._size if size is None or size < 0 else min(self._size, self._position + size)
+        if end <= self._position:
+            return b""
+        data = read_object(self._store, self._key, self._position, end - self._position)
+        self._position += len(data)
+        return data
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        data = self.read(len(view))
+        view[: len(data)] = data
+        return len(data)
 
 
 def _object_url(store: Store, key: str) -> str:

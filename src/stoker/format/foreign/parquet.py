@@ -1,0 +1,381 @@
+"""Read Parquet files, local or in a bucket, one sample per row (needs ``stoker[parquet]``).
+
+A bucket's file is read through the store with ranged reads of the column chunks a row
+group needs (never through a URL made from a listed key); a local one by pyarrow itself.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from stoker.core.units import format_bytes
+from stoker.errors import SourceError
+from stoker.format.foreign.base import Sample, SampleRef
+from stoker.format.foreign.columns import (
+    ColumnRule,
+    import_pyarrow,
+    plain_array,
+    plan_columns,
+    row_label,
+    row_members,
+)
+from stoker.format.foreign.locations import LocationReader, ObjectFile, is_remote
+from stoker.format.foreign.rowgroups import DEFAULT_CACHE_BYTES, RowGroupCache
+from stoker.storage import StorageOptions, parse_url
+from stoker.storage.base import key_problem
+
+logger = logging.getLogger(__name__)
+
+PARQUET_SUFFIX = ".parquet"
+# A split named in a Hugging Face file or folder name: train-00000-of-00002, test/0000.
+_SPLIT = re.compile(r"(?:^|/)(train|test|validation|valid|val|dev)(?=[-_/.]|$)")
+
+
+class ParquetReader:
+    """Read a ``.parquet`` file, or every one under a folder or bucket prefix.
+
+    Files are read in sorted order of their paths (the Hugging Face layout,
+    ``data/train-00000-of-00002.parquet``, works as it is; names starting with ``.`` or
+    ``_``, as Spark's ``_SUCCESS``, are left out) and must share one schema. Rows come in
+    row-group order; the key of a row is the file's path under the folder without
+    ``.parquet`` (dots made ``_``), ``_`` and its row number in the file:
+    ``data/train-00000-of-00002_00000041``.
+
+    Columns become members, in column order, by their Arrow type:
+
+    - binary, whose values are images (by their bytes: JPEG, PNG, WebP): ``jpg``,
+      ``png`` or ``webp`` for a column named image, img, jpg, jpeg, png or webp (the first
+      such), else ``COLUMN.jpg`` ...; other bytes are ``COLUMN.bin``;
+    - the Hugging Face image and audio struct ``{bytes, path}``: its bytes, named as
+      binary is, except that bytes that are no image take the extension of ``path``
+      (``audio.flac``); a struct with a path and no bytes (not embedded) is an error;
+    - string: ``txt`` for a column named txt, text or caption (the first such), else
+      ``COLUMN.txt`` (UTF-8);
+    - integer, named label, cls, class or target (the first such): the sample's label,
+      and its ``cls`` member; class names come from the Hugging Face ``ClassLabel`` in
+      the file's metadata unless given;
+    - lists of numbers (nested lists too, or fixed-size lists): ``COLUMN.npy``, the
+      row's array in the column's dtype (``np.save``, no pickle); a ragged nested list or
+      one holding nulls is an error;
+    - anything else (other numbers, booleans, dates, structs, maps, lists of strings):
+      ``COLUMN.json``.
+
+    ``COLUMN`` is the column's name, lower-cased, with characters other than letters,
+    digits, ``_`` and ``-`` made ``_``. A null value gives no member for that row.
+
+    Packing reads rows in a shuffled order: each row group is decoded once and kept in a
+    cache of ``cache_bytes`` per process; a row group pushed out is decoded again when
+    one of its rows is next asked for (:meth:`refs` warns when the input is larger than
+    the cache).
+
+    Args:
+        location: A ``.parquet`` file or object, or a folder or bucket prefix of them.
+        storage_options: Options for the stores opened for object URLs.
+        class_names: Class names indexed by label, if known.
+        cache_bytes: Decoded row groups held per process.
+
+    Raises:
+        ImportError: pyarrow is not installed (``pip install 'stoker[parquet]'``).
+    """
+
+    def __init__(
+        self,
+        location: str,
+        *,
+        storage_options: Mapping[str, Any] | StorageOptions | None = None,
+        class_names: Sequence[str] | None = None,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
+    ) -> None:
+        import_pyarrow()
+        self._location = location.rstrip("/")
+        self._locations = LocationReader(storage_options)
+        self._given_names = tuple(class_names) if class_names else None
+        self._cache_bytes = cache_bytes
+        #: location -> (store root URL, key, size) of each file in a bucket.
+        self._objects: dict[str, tuple[str, str, int]] = {}
+        self._files: list[tuple[str, str]] | None = None  # (location, relative name)
+        self._rules: list[ColumnRule] | None = None
+        self._names: tuple[str, ...] = ()
+        self._counts = ""
+        self._handles: dict[str, tuple[Any, threading.Lock]] = {}
+        self._handles_lock = threading.Lock()
+        self._cache = RowGroupCache(cache_bytes)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        for name in ("_handles", "_handles_lock", "_cache"):
+            state.pop(name, None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)  # open files and decoded row groups stay behind
+        self._handles = {}
+        self._handles_lock = threading.Lock()
+        self._cache = RowGroupCache(self._cache_bytes)
+
+    @property
+    def description(self) -> str:
+        """What was read, for summaries."""
+        return f"parquet {self._location}{self._counts}"
+
+    @property
+    def class_names(self) -> Sequence[str]:
+        """The given class names, else the label column's Hugging Face ``ClassLabel``
+        names, else empty."""
+        if self._given_names is not None:
+            return self._given_names
+        self._column_rules()
+        return self._names
+
+    @property
+    def row_groups_decoded(self) -> int:
+        """Row groups decoded by this process so far (each cache miss decodes one)."""
+        return self._cache.loads
+
+    def requests(self) -> dict[str, int]:
+        """Counters of the requests made so far (none for local files)."""
+        return self._locations.requests()
+
+    def files(self) -> list[str]:
+        """The Parquet files read, in order.
+
+        Raises:
+            SourceError: There are none, or a bucket key no request can name.
+        """
+        return [location for location, _ in self._listed()]
+
+    def refs(self) -> list[SampleRef]:
+        """One reference per row, file by file, in row order.
+
+        Raises:
+            SourceError: A file is unreadable, files differ in schema, two files give one
+                key, a label is below -1, or there are no rows.
+        """
+        files = self._listed()
+        rules = self._column_rules()
+        first = files[0][0]
+        schema = self._open(first)[0].schema_arrow
+        refs: list[SampleRef] = []
+        stems: dict[str, str] = {}
+        decoded_bytes = groups = 0
+        for location, name in files:
+            parquet, lock = self._open(location)
+            if not parquet.schema_arrow.equals(schema, check_metadata=False):
+                raise SourceError(
+                    f"{location}: its columns differ from {first}'s: "
+                    f"{_schema_text(parquet.schema_arrow)} against {_schema_text(schema)}"
+                )
+            stem = name[: -len(PARQUET_SUFFIX)].replace(".", "_")
+            if stem in stems:
+                raise SourceError(f"{location} and {stems[stem]} give the same keys ({stem}_...)")
+            stems[stem] = location
+            labels = self._labels(parquet, lock, rules, location)
+            metadata = parquet.metadata
+            row = 0
+            for group in range(metadata.num_row_groups):
+                info = metadata.row_group(group)
+                size = info.total_byte_size // max(info.num_rows, 1)
+                decoded_bytes += info.total_byte_size
+                groups += 1
+                for in_group in range(info.num_rows):
+                    refs.append(
+                        SampleRef(
+                            key=f"{stem}_{row:08d}",
+                            location=location,
+                            size=size,
+                            label=-1 if labels is None else labels[row],
+                            extra=(("row", group, in_group),),
+                        )
+                    )
+                    row += 1
+        if not refs:
+            raise SourceError(f"{self._location}: no rows in {len(files)} Parquet file(s)")
+        if decoded_bytes > self._cache_bytes and groups > 1:
+            logger.warning(
+                "%s: %d row groups, %s decoded, more than the %s kept decoded: packed in a "
+                "shuffled order, row groups are decoded again as rows are read (pack with "
+                "--keep-order, or shuffle_seed=None, to decode each once)",
+                self._location,
+                groups,
+                format_bytes(decoded_bytes),
+                format_bytes(self._cache_bytes),
+            )
+        self._counts = f" ({len(files):,} file{'s' if len(files) > 1 else ''}, {len(refs):,} rows)"
+        return refs
+
+    def read(self, ref: SampleRef) -> Sample:
+        """Read one row's members (from its row group, decoded once while cached).
+
+        Raises:
+            SourceError: The reference names no row of the file, the row group cannot
+                be read, or a value cannot become its member (see the class docstring).
+        """
+        name, group, row = ref.extra[0] if ref.extra else ("", -1, -1)
+        rules = self._column_rules()
+        arrays = self._row_group(ref.location, group) if name == "row" and group >= 0 else []
+        if not arrays or not 0 <= row < len(arrays[0]):
+            raise SourceError(f"{ref.location}: sample {ref.key!r} names no row of the file")
+        where = f"{ref.location}: sample {ref.key!r} (row group {group}, row {row})"
+        members = row_members(rules, arrays, row, where=where)
+        if not members:
+            raise SourceError(f"{where}: every column is null")
+        return Sample(ref.key, members, row_label(rules, arrays, row))
+
+    def _listed(self) -> list[tuple[str, str]]:
+        if self._files is None:
+            found = self._list_remote() if is_remote(self._location) else self._list_local()
+            if not found:
+                raise SourceError(f"{self._location}: no {PARQUET_SUFFIX} files found")
+            _warn_of_splits(self._location, [name for _, name in found])
+            self._files = found
+        return self._files
+
+    def _column_rules(self) -> list[ColumnRule]:
+        if self._rules is None:
+            first = self.files()[0]
+            schema = self._open(first)[0].schema_arrow
+            rules = plan_columns(schema, where=first)
+            if not rules:
+                raise SourceError(f"{first}: the file has no columns")
+            self._names = _class_label_names(schema, rules)
+            self._rules = rules
+        return self._rules
+
+    def _row_group(self, location: str, group: int) -> list[Any]:
+        def load() -> tuple[list[Any], int]:
+            parquet, lock = self._open(location)
+            if group >= parquet.metadata.num_row_groups:
+                return [], 0
+            with lock:
+                try:
+                    table = parquet.read_row_group(group)
+                except (OSError, ValueError, import_pyarrow().ArrowException) as exc:
+                    raise SourceError(f"{location}: cannot read row group {group}: {exc}") from exc
+            arrays = [plain_array(table.column(i)) for i in range(table.num_columns)]
+            return arrays, sum(array.nbytes for array in arrays)
+
+        arrays: list[Any] = self._cache.get((location, group), load)
+        return arrays
+
+    def _labels(
+        self, parquet: Any, lock: threading.Lock, rules: list[ColumnRule], location: str
+    ) -> list[int] | None:
+        column = next((rule.column for rule in rules if rule.kind == "label"), None)
+        if column is None:
+            return None
+        with lock:
+            try:
+                table = parquet.read(columns=[column])
+            except (OSError, ValueError, import_pyarrow().ArrowException) as exc:
+                raise SourceError(f"{location}: cannot read column {column!r}: {exc}") from exc
+        values: list[int] = plain_array(table.column(0)).fill_null(-1).to_pylist()
+        low = min(values, default=-1)
+        if low < -1:
+            raise SourceError(
+                f"{location}: label {low} in column {column!r}, row {values.index(low)}, is "
+                "below -1 (no label)"
+            )
+        return values
+
+    def _open(self, location: str) -> tuple[Any, threading.Lock]:
+        with self._handles_lock:
+            found = self._handles.get(location)
+            if found is not None:
+                return found
+            pa = import_pyarrow()
+            source: Any = location.removeprefix("file://")
+            if location in self._objects:
+                root, key, size = self._objects[location]
+                source = ObjectFile(self._locations.store_at(root), key, size)
+            try:
+                parquet = pa.parquet.ParquetFile(source)
+            except (OSError, ValueError, pa.ArrowException) as exc:
+                raise SourceError(f"{location}: cannot read as Parquet: {exc}") from exc
+            found = self._handles[location] = (parquet, threading.Lock())
+            return found
+
+    def _list_local(self) -> list[tuple[str, str]]:
+        root = Path(self._location.removeprefix("file://"))
+        if root.is_file():
+            return [(str(root), root.name)]
+        if not root.is_dir():
+            raise SourceError(f"{root}: no such file or directory")
+        found: list[tuple[str, str]] = []
+        for directory, folders, names in os.walk(root):
+            folders[:] = sorted(f for f in folders if not f.startswith((".", "_")))
+            for name in names:
+                if name.lower().endswith(PARQUET_SUFFIX) and not name.startswith((".", "_")):
+                    path = Path(directory, name)
+                    found.append((str(path), path.relative_to(root).as_posix()))
+        return sorted(found, key=lambda item: item[1])
+
+    def _list_remote(self) -> list[tuple[str, str]]:
+        if self._location.lower().endswith(PARQUET_SUFFIX):
+            store, key = self._locations.store_for(self._location)
+            try:
+                size = store.head(key).size
+            except FileNotFoundError:
+                pass  # a folder named like a file, as Spark writes them
+            else:
+                url = parse_url(self._location)
+                root = f"{url.scheme}://{url.bucket}"
+                self._objects[self._location] = (root, key, size)
+                return [(self._location, key.rsplit("/", 1)[-1])]
+        store = self._locations.store_at(self._location)
+        found: list[tuple[str, str]] = []
+        for meta in store.list(""):  # keys relative to the folder, as listed
+            parts = meta.key.split("/")
+            if not meta.key.lower().endswith(PARQUET_SUFFIX) or any(
+                part.startswith((".", "_")) for part in parts
+            ):
+                continue
+            problem = key_problem(meta.key)
+            if problem is not None:
+                raise SourceError(
+                    f"{self._location}: unusable key {meta.key!r} ({problem}): no request "
+                    "can name it"
+                )
+            location = f"{self._location}/{meta.key}"
+            self._objects[location] = (self._location, meta.key, meta.size)
+            found.append((location, meta.key))
+        return sorted(found, key=lambda item: item[1])
+
+
+def _class_label_names(schema: Any, rules: list[ColumnRule]) -> tuple[str, ...]:
+    # Hugging Face datasets keep a ClassLabel's names in the schema's "huggingface" metadata.
+    column = next((rule.column for rule in rules if rule.kind == "label"), None)
+    raw = (schema.metadata or {}).get(b"huggingface")
+    if column is None or raw is None:
+        return ()
+    try:
+        feature = json.loads(raw)["info"]["features"][column]
+    except (ValueError, KeyError, TypeError):
+        return ()
+    if not isinstance(feature, dict) or feature.get("_type") != "ClassLabel":
+        return ()
+    names = feature.get("names")
+    if not isinstance(names, list):
+        return ()
+    return tuple(str(name) for name in names)
+
+
+def _schema_text(schema: Any) -> str:
+    return "{" + ", ".join(f"{f.name}: {f.type}" for f in schema) + "}"
+
+
+def _warn_of_splits(location: str, names: list[str]) -> None:
+    splits = sorted({m.group(1) for name in names if (m := _SPLIT.search(name.lower()))})
+    if len(splits) > 1:
+        logger.warning(
+            "%s holds the splits %s: they are read together into one dataset (each key "
+            "names its file); give one split's file or folder to pack it alone",
+            location,
+            ", ".join(splits),
+        )
