@@ -5,26 +5,36 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from stoker.format.foreign.base import SampleReader, SampleRef
 from stoker.format.foreign.locations import is_remote
 from stoker.format.foreign.wds_tar import COMPRESSED_TAR_SUFFIXES
+from stoker.pack.guess import folder_format, nothing_to_pack, sample_names
 from stoker.storage import open_store
 from stoker.storage.url import parse_url
 
 logger = logging.getLogger(__name__)
 
-SourceFormat = Literal["auto", "imagefolder", "list", "webdataset", "tfrecord", "hdf5"]
-FORMATS: tuple[str, ...] = ("auto", "imagefolder", "list", "webdataset", "tfrecord", "hdf5")
+SourceFormat = Literal[
+    "auto", "imagefolder", "list", "webdataset", "tfrecord", "hdf5", "files", "parquet"
+]
+FORMATS: tuple[str, ...] = get_args(SourceFormat)
 
 _TFRECORD = (".tfrecord", ".tfrecords", ".tfr")
 _HDF5 = (".h5", ".hdf5", ".hdf")
 _LIST = (".csv", ".jsonl", ".ndjson")
+_PARQUET = ".parquet"
 
 
 def guess_format(location: str, *, storage_options: Mapping[str, Any] | None = None) -> str:
-    """Guess the format of ``location`` from its name, or from the names of its files."""
+    """Guess the format of ``location`` from its name, or from the names of its files.
+
+    Raises:
+        ValueError: A local ``location`` that does not exist.
+        SourceError: A folder in which no reader finds samples; the message says what
+            was looked for and what was found.
+    """
     name = location.rstrip("/").lower()
     if name.endswith(_TFRECORD) or ".tfrecord-" in name:
         return "tfrecord"
@@ -34,6 +44,8 @@ def guess_format(location: str, *, storage_options: Mapping[str, Any] | None = N
         return "list"
     if name.endswith((".tar", *COMPRESSED_TAR_SUFFIXES)):  # the reader refuses compressed
         return "webdataset"
+    if name.endswith(_PARQUET):  # a file, or a folder named so (as Spark writes them)
+        return "parquet"
     if not is_remote(location) and not Path(location).is_dir():
         raise ValueError(f"{location}: no such file or directory")
     names = _top_level_names(location, storage_options)
@@ -43,7 +55,11 @@ def guess_format(location: str, *, storage_options: Mapping[str, Any] | None = N
         return "webdataset"
     if any(n.endswith(_HDF5) for n in names) and len(names) == 1:
         return "hdf5"
-    return "imagefolder"
+    sampled = sample_names(location, storage_options=storage_options)
+    guessed = folder_format(sampled)
+    if guessed is None:
+        raise nothing_to_pack(location, sampled)
+    return guessed
 
 
 def open_reader(
@@ -58,8 +74,8 @@ def open_reader(
     """The reader for ``location`` and the format it reads (guessed when ``"auto"``).
 
     ``class_names`` go to the readers whose labels are numbers or names in the input
-    (lists, WebDataset tars); ``allow_outside_list`` lets a list name files outside its
-    folder (see :class:`~stoker.format.foreign.listfile.ListFileReader`).
+    (lists, WebDataset tars, grouped files, Parquet); ``allow_outside_list`` lets a list
+    name files outside its folder (see :class:`~stoker.format.foreign.listfile.ListFileReader`).
 
     Raises:
         ValueError: Unknown format.
@@ -96,6 +112,18 @@ def open_reader(
         from stoker.format.foreign.hdf5 import HDF5Reader
 
         return HDF5Reader(location, storage_options=storage_options), fmt
+    if fmt == "files":
+        from stoker.format.foreign.grouped import GroupedFilesReader
+
+        return GroupedFilesReader(
+            location, storage_options=storage_options, on_error=on_error, class_names=class_names
+        ), fmt
+    if fmt == "parquet":
+        from stoker.format.foreign.parquet import ParquetReader
+
+        return ParquetReader(
+            location, storage_options=storage_options, class_names=class_names
+        ), fmt
     raise ValueError(f"unknown source format {source_format!r}; choose from {list(FORMATS)}")
 
 
