@@ -22,10 +22,12 @@ import pytest
 from PIL import Image
 
 from stoker import World
+from stoker.pack.indexer import index_webdataset
 from stoker.pack.packer import PackConfig, pack
 from stoker.pipeline.loader import Loader
 from stoker.pipeline.order import OrderConfig
 from stoker.pipeline.transforms import CenterCrop, RandomResizedCrop, Resize
+from stoker.testing.images import make_jpeg
 
 CLASSES = 4
 SIZES = {"train": 200, "val": 64}
@@ -156,6 +158,7 @@ def child(bucket: str, storage_options: dict[str, Any], out: Path) -> None:
     fixed = output_signature(RandomResizedCrop((24, 32)), ("image", "label", "key"))
     (free,) = output_signature(Resize(16), ("image",))
     facts["signature"] = [[s.shape.as_list(), s.dtype.name] for s in [*fixed, free]]
+    records(out, facts, saved)
     facts["bad_fields"] = []
     for bad in [("image", "image"), ("pixels",), ()]:
         try:
@@ -164,6 +167,43 @@ def child(bucket: str, storage_options: dict[str, Any], out: Path) -> None:
             facts["bad_fields"].append(str(exc))
     np.savez(out / "saved.npz", **saved)
     (out / "facts.json").write_text(json.dumps(facts))
+
+
+def records(out: Path, facts: dict[str, Any], saved: dict[str, Any]) -> None:
+    """Every field of image-caption-JSON-array records: Keras fits on images and strings."""
+    import keras
+
+    from stoker.integrations.tensorflow import make_dataset
+
+    url = str(out / "captioned")
+    order = OrderConfig(mode="none")
+    pairs = make_dataset(
+        url, batch_size=4, transform=CenterCrop(16), order=order, fields=(("image", "txt"), "label")
+    )
+    image_in = keras.Input((16, 16, 3), dtype="uint8")
+    text_in = keras.Input((), dtype="string")
+    pixels = keras.layers.Flatten()(keras.layers.Rescaling(1 / 255)(image_in))
+    words = keras.layers.Embedding(8, 4)(keras.layers.Hashing(num_bins=8)(text_in))
+    joined = keras.layers.Concatenate()([pixels, words])
+    model = keras.Model([image_in, text_in], keras.layers.Dense(3, activation="softmax")(joined))
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+    history = model.fit(pairs, epochs=2, verbose=0)
+    facts["records_loss"] = history.history["loss"]
+    texts, shapes = [], []
+    for (images, text), _ in pairs:
+        texts += [t.decode() for t in text.numpy().tolist()]
+        shapes.append(list(images.shape))
+    facts["records_texts"], facts["records_shapes"] = texts, shapes
+    rest = make_dataset(url, batch_size=4, order=order, fields=("key", "json", "npy", "cls"))
+    facts["records_signature"] = [type(s).__name__ for s in rest.element_spec]
+    facts["records_json"], lengths = [], []
+    for keys, meta, arrays, cls in rest:
+        facts["records_json"] += [json.loads(m) for m in meta.numpy().tolist()]
+        lengths += arrays.row_lengths().numpy().tolist()
+        saved.setdefault("records_values", []).extend(arrays.flat_values.numpy().tolist())
+        assert cls.dtype.name == "int64"
+        assert keys.dtype.name == "string"
+    facts["records_lengths"] = lengths
 
 
 # -- the tests -----------------------------------------------------------------------------
@@ -197,6 +237,7 @@ def run(s3_server: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, A
             storage_options=options,
             config=PackConfig(samples_per_shard=48),
         )
+    write_records(root / "captioned")
     command = [sys.executable, __file__, "s3://tf-adapter", json.dumps(options), str(root)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-4000:]
@@ -286,7 +327,54 @@ def test_output_signature(run: dict[str, Any]) -> None:
     ]
     errors = run["facts"]["bad_fields"]
     assert len(errors) == 3
-    assert all("fields must be distinct names" in e for e in errors)
+    assert "fields must be distinct batch field names" in errors[0]
+    assert "no field 'pixels' in the batches" in errors[1]
+    assert "fields must be distinct batch field names" in errors[2]
+
+
+RECORDS = 10
+
+
+def record(i: int) -> dict[str, Any]:
+    return {
+        "__key__": f"{i:04d}",
+        "jpg": make_jpeg(np.random.default_rng(i), width=20, height=20),
+        "txt": f"caption {i} ✓",
+        "json": {"i": i, "tags": ["x"] * (i % 3)},
+        "npy": np.arange(i % 4 + 1, dtype=np.float32) + i,
+        "cls": i % 3,
+    }
+
+
+def write_records(root: Path) -> None:
+    import webdataset as wds
+
+    root.mkdir()
+    with wds.TarWriter(str(root / "records-0000.tar")) as sink:
+        for i in range(RECORDS):
+            sink.write(record(i))
+    index_webdataset(root)
+
+
+def test_keras_fits_on_images_and_strings(run: dict[str, Any]) -> None:
+    facts = run["facts"]
+    assert len(facts["records_loss"]) == 2
+    assert facts["records_texts"] == [record(i)["txt"] for i in range(RECORDS)]
+    assert facts["records_shapes"] == [[4, 16, 16, 3], [4, 16, 16, 3], [2, 16, 16, 3]]
+
+
+def test_json_and_ragged_arrays_become_tensors(run: dict[str, Any]) -> None:
+    facts = run["facts"]
+    assert facts["records_signature"] == [
+        "TensorSpec",
+        "TensorSpec",
+        "RaggedTensorSpec",
+        "TensorSpec",
+    ]
+    assert facts["records_json"] == [record(i)["json"] for i in range(RECORDS)]
+    assert facts["records_lengths"] == [i % 4 + 1 for i in range(RECORDS)]
+    expected = np.concatenate([record(i)["npy"] for i in range(RECORDS)])
+    assert np.array_equal(run["records_values"], expected)
 
 
 if __name__ == "__main__":

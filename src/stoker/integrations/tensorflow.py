@@ -25,7 +25,9 @@ the dataset, or a :class:`stoker.Loader` with the same settings and its ``stats(
 
 from __future__ import annotations
 
+import functools
 import itertools
+import json
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Unpack
@@ -39,8 +41,12 @@ from stoker.pipeline.loader import Loader
 from stoker.pipeline.transforms import PlannedTransform
 from stoker.pipeline.world import World
 
-#: The fields a batch element can hold, in the order asked for.
+#: The fields every batch has, whose specs are known before any sample is read.
 FIELDS = ("image", "label", "index", "key")
+
+#: What ``fields`` may be: a batch field's name, or a tuple of these (a nested element, as
+#: ``(("image", "txt"), "label")`` for a model with two inputs).
+FieldTree = str | tuple["FieldTree", ...]
 
 
 def detect_world(input_context: Any = None) -> tuple[int, int]:
@@ -58,23 +64,32 @@ def detect_world(input_context: Any = None) -> tuple[int, int]:
     return int(input_context.input_pipeline_id), int(input_context.num_input_pipelines)
 
 
-def output_signature(transform: Any, fields: Sequence[str] = ("image", "label")) -> tuple[Any, ...]:
-    """The ``tf.TensorSpec`` of each field of a batch element.
+def output_signature(
+    transform: Any,
+    fields: Sequence[FieldTree] = ("image", "label"),
+    example: Mapping[str, Any] | None = None,
+) -> tuple[Any, ...]:
+    """The ``tf.TypeSpec`` of each field of a batch element.
 
     Images are ``uint8`` ``(None, H, W, 3)`` when ``transform`` has a fixed output size,
     ``(None, None, None, 3)`` otherwise; labels and indices are ``int64`` ``(None,)``;
-    keys are ``tf.string`` ``(None,)``.
+    keys are ``tf.string`` ``(None,)``. Any other field takes its spec from ``example``, a
+    batch of the same loader: arrays keep their dtype (every dimension but the batch's
+    left open), arrays of different lengths become a ``tf.RaggedTensorSpec``, text and
+    bytes ``tf.string``, numbers ``int64`` or ``float64``, and other objects (parsed JSON)
+    ``tf.string`` holding their JSON text.
 
     Args:
         transform: The loader's transform.
-        fields: Names from ``image``, ``label``, ``index``, ``key``.
+        fields: Names of batch fields, or tuples of them for a nested element.
+        example: A batch, for fields other than :data:`FIELDS`.
 
     Raises:
-        ValueError: An unknown or repeated field.
+        ValueError: A repeated field, or one the example batch does not have.
     """
-    unknown = [f for f in fields if f not in FIELDS]
-    if unknown or not fields or len(set(fields)) != len(fields):
-        raise ValueError(f"fields must be distinct names from {list(FIELDS)}, got {list(fields)}")
+    names = list(_leaves(tuple(fields)))
+    if not names or len(set(names)) != len(names):
+        raise ValueError(f"fields must be distinct batch field names, got {list(fields)}")
     size = transform.output_size if isinstance(transform, PlannedTransform) else None
     height, width = size if size is not None else (None, None)
     specs = {
@@ -83,14 +98,47 @@ def output_signature(transform: Any, fields: Sequence[str] = ("image", "label"))
         "index": tf.TensorSpec((None,), tf.int64, name="index"),
         "key": tf.TensorSpec((None,), tf.string, name="key"),
     }
-    return tuple(specs[f] for f in fields)
+    for name in names:
+        if name not in specs:
+            if example is None or name not in example:
+                have = sorted(example) if example is not None else list(FIELDS)
+                raise ValueError(f"no field {name!r} in the batches; they have {have}")
+            specs[name] = _spec(name, example[name])
+    return tuple(_map(branch, specs.__getitem__) for branch in fields)
+
+
+def _leaves(tree: FieldTree) -> Iterator[str]:
+    if isinstance(tree, str):
+        yield tree
+    else:
+        for branch in tree:
+            yield from _leaves(branch)
+
+
+def _map(tree: Any, function: Any) -> Any:
+    if isinstance(tree, str):
+        return function(tree)
+    return tuple(_map(branch, function) for branch in tree)
+
+
+def _spec(name: str, value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind in "OUS":
+            return tf.TensorSpec((None,) * value.ndim, tf.string, name=name)
+        return tf.TensorSpec((None,) * value.ndim, tf.as_dtype(value.dtype), name=name)
+    items = list(value)
+    arrays = [v for v in items if isinstance(v, np.ndarray)]
+    if arrays and len(arrays) == len(items):
+        dtype = tf.as_dtype(arrays[0].dtype)
+        return tf.RaggedTensorSpec((None, None, *arrays[0].shape[1:]), dtype, ragged_rank=1)
+    return tf.TensorSpec((None,), tf.string, name=name)
 
 
 def make_dataset(
     source: str | os.PathLike[str] | ShardDataset,
     *,
     batch_size: int,
-    fields: Sequence[str] = ("image", "label"),
+    fields: Sequence[FieldTree] = ("image", "label"),
     input_context: Any = None,
     epoch: int = 0,
     **options: Unpack[LoaderOptions],
@@ -108,8 +156,11 @@ def make_dataset(
         source: Dataset URL, or an opened :class:`~stoker.format.reader.ShardDataset`.
         batch_size: Samples per batch (per input pipeline: with ``tf.distribute``, use
             ``input_context.get_per_replica_batch_size(global_batch_size)``).
-        fields: What each element holds, from ``image``, ``label``, ``index`` (sample
-            number in the dataset) and ``key``.
+        fields: What each element holds: ``image``, ``label``, ``index`` (sample number
+            in the dataset), ``key``, or any other field of the batches (``txt``,
+            ``json``, ``npy``, ...), each a tensor as :func:`output_signature` says; a tuple
+            of names nests, so ``(("image", "txt"), "label")`` feeds a model with two
+            inputs.
         input_context: A ``tf.distribute.InputContext``: this pipeline reads the share of
             rank ``input_pipeline_id`` of ``num_input_pipelines``.
         epoch: Epoch of the first pass (to continue a run at Keras' ``initial_epoch``).
@@ -127,22 +178,28 @@ def make_dataset(
             raise ValueError("give either input_context or world, not both")
         rank, world_size = detect_world(input_context)
         options["world"] = World(rank=rank, world_size=world_size)
-    names = tuple(fields)
-    signature = output_signature(options.get("transform"), names)
+    tree = tuple(fields)
     opened = (
         source
         if isinstance(source, ShardDataset)
         else open_dataset(source, storage_options=options.get("storage_options"))
     )
     # Made here so that bad options raise now, not inside TensorFlow's generator thread.
-    steps = len(Loader(opened, batch_size=batch_size, **options))
+    probe = Loader(opened, batch_size=batch_size, **options)
+    steps = len(probe)
+    example = None
+    if any(name not in FIELDS for name in _leaves(tree)):
+        # Specs of other fields are read off a first batch.
+        with probe:
+            example = next(iter(probe), None)
+    signature = output_signature(options.get("transform"), tree, example)
     epochs = itertools.count(epoch)
 
-    def batches() -> Iterator[tuple[np.ndarray, ...]]:
+    def batches() -> Iterator[tuple[Any, ...]]:
         with Loader(opened, batch_size=batch_size, **options) as loader:
             loader.set_epoch(next(epochs))
             for batch in loader:
-                yield tuple(_column(batch, name, opened.url) for name in names)
+                yield _map(tree, functools.partial(_column, batch, url=opened.url))
 
     dataset = tf.data.Dataset.from_generator(batches, output_signature=signature)
     dataset = dataset.apply(tf.data.experimental.assert_cardinality(steps))
@@ -158,13 +215,28 @@ def make_dataset(
     return dataset.prefetch(1)
 
 
-def _column(batch: Mapping[str, Any], name: str, url: str) -> np.ndarray:
+def _column(batch: Mapping[str, Any], name: str, url: str) -> Any:
     value = batch[name]
     if name == "key":
         return np.asarray(value, dtype=object)
-    if not isinstance(value, np.ndarray) or (name == "image" and value.dtype != np.uint8):
+    if name == "image" and (not isinstance(value, np.ndarray) or value.dtype != np.uint8):
         raise ValueError(
             f"{url}: images of one batch must form one uint8 array to become a tensor; use "
             "a transform with a fixed output size, such as RandomResizedCrop(224)"
         )
-    return value
+    if isinstance(value, np.ndarray):
+        return value
+    items = list(value)
+    if items and all(isinstance(v, np.ndarray) for v in items):
+        return tf.ragged.constant([v.tolist() for v in items], dtype=tf.as_dtype(items[0].dtype))
+    return np.asarray([_text(v, name, url) for v in items], dtype=object)
+
+
+def _text(value: Any, name: str, url: str) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    if value is None:
+        raise ValueError(f"{url}: field {name!r} is missing in a sample; a tf.string has no None")
+    return json.dumps(value).encode("utf-8")
