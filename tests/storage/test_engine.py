@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import subprocess
 import sys
@@ -14,7 +15,8 @@ from concurrent.futures import CancelledError
 import pytest
 
 from stoker.storage import open_store
-from stoker.storage.engine import IOEngine
+from stoker.storage.engine import IOEngine, default_engine
+from stoker.testing.forks import in_forked_child
 from stoker.testing.netproxy import FaultConfig
 
 
@@ -210,13 +212,50 @@ def test_ctrl_c_in_run_cancels_the_stuck_request_and_the_engine_goes_on(s3_bucke
 
     async def pending() -> int:
         for _ in range(1000):  # loop turns for the cancelled request to unwind
-            if not engine._pending:
+            if not engine.in_flight:
                 break
             await asyncio.sleep(0)
-        return len(engine._pending)
+        return engine.in_flight
 
     assert engine.run(pending()) == 0
     assert not engine.aborted
     proxy.set_faults(FaultConfig())
     assert bytes(engine.run(store.get_async("k"))) == b"x" * 10_000
     engine.close()
+
+
+def test_a_forked_child_runs_the_engine_anew_with_every_slot_free() -> None:
+    """fork() while a coroutine holds the engine's only slot: in the child the same engine
+    object runs (stores and prefetchers made in the parent hold it) on a loop of its own,
+    with every slot free; the parent's coroutine goes on untouched."""
+    engine = IOEngine(max_in_flight=1)
+    holding = threading.Event()
+
+    async def hold() -> None:
+        async with engine.slot():
+            holding.set()
+            await asyncio.sleep(60)
+
+    async def take_the_slot() -> int:
+        async with engine.slot():
+            return os.getpid()
+
+    held = engine.submit(hold())
+    try:
+        assert holding.wait(10)
+        child = in_forked_child(lambda: engine.run(take_the_slot()), timeout_s=30)
+        assert child != os.getpid()
+        assert not held.done()
+    finally:
+        engine.close(timeout_s=5)
+    assert held.cancelled()
+
+
+def test_the_default_engine_is_one_object_in_parent_and_child() -> None:
+    engine = default_engine()
+    assert engine.run(asyncio.sleep(0, result=1)) == 1
+
+    def child() -> tuple[bool, int]:
+        return default_engine() is engine, engine.run(asyncio.sleep(0, result=2))
+
+    assert in_forked_child(child, timeout_s=30) == (True, 2)

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from stoker.core.metrics import Counters
+from stoker.core.perprocess import PerProcess
 from stoker.errors import ObjectNotFoundError
 from stoker.storage.base import Listing, ObjectMeta, PutData, check_range, check_ranges
 from stoker.storage.blocking import BlockingForms
@@ -33,7 +34,7 @@ class MemoryStore(BlockingForms):
     def __init__(self, name: str = "memory", *, engine: IOEngine | None = None) -> None:
         self._name = name
         self._objects: dict[str, tuple[bytes, ObjectMeta]] = {}
-        self._lock = threading.Lock()
+        self._lock = PerProcess(threading.Lock)  # a forked child's own (objects are copied)
         self._counters = Counters()
         self._engine = engine
         self._options = StorageOptions()
@@ -66,7 +67,7 @@ class MemoryStore(BlockingForms):
         return f"MemoryStore({self._name!r}, objects={len(self._objects)})"
 
     def _lookup(self, path: str) -> tuple[bytes, ObjectMeta]:
-        with self._lock:
+        with self._lock.get():
             found = self._objects.get(path)
         if found is None:
             self._counters.add("errors.not_found")
@@ -105,7 +106,7 @@ class MemoryStore(BlockingForms):
         return self._lookup(path)[1]
 
     async def list_async(self, prefix: str = "") -> AsyncIterator[builtins.list[ObjectMeta]]:
-        with self._lock:
+        with self._lock.get():
             keys = sorted(k for k in self._objects if _under(k, prefix))
             metas = [self._objects[k][1] for k in keys]
         for i in range(0, max(len(metas), 1), _LIST_PAGE):
@@ -117,7 +118,7 @@ class MemoryStore(BlockingForms):
         base = prefix.rstrip("/") + "/" if prefix.strip("/") else ""
         prefixes: set[str] = set()
         objects: builtins.list[ObjectMeta] = []
-        with self._lock:
+        with self._lock.get():
             items = sorted(self._objects.items())
         for key, (_, meta) in items:
             if not key.startswith(base):
@@ -141,13 +142,13 @@ class MemoryStore(BlockingForms):
             etag=hashlib.md5(payload, usedforsecurity=False).hexdigest(),
             last_modified=datetime.now(UTC),
         )
-        with self._lock:
+        with self._lock.get():
             self._objects[path] = (payload, meta)
         return meta
 
     async def delete_async(self, path: str) -> None:
         self._counters.add("requests.delete")
-        with self._lock:
+        with self._lock.get():
             self._objects.pop(path, None)
 
 
@@ -158,12 +159,12 @@ def _under(key: str, prefix: str) -> bool:
 
 
 _NAMED: dict[str, MemoryStore] = {}
-_NAMED_LOCK = threading.Lock()
+_NAMED_LOCK = PerProcess(threading.Lock)  # one held at a fork would stay held in the child
 
 
 def named_memory_store(name: str) -> MemoryStore:
     """Return the process-wide MemoryStore called ``name`` (what ``memory://NAME`` opens)."""
-    with _NAMED_LOCK:
+    with _NAMED_LOCK.get():
         store = _NAMED.get(name)
         if store is None:
             store = _NAMED[name] = MemoryStore(name)

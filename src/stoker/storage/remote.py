@@ -5,19 +5,24 @@ bounded by its in-flight limit, paced by the rate shaper of their prefix
 (:mod:`stoker.storage.shaping`), retried by :mod:`stoker.storage.retry` and counted in
 :attr:`ObstoreStore.counters`. obstore's exceptions are mapped to stoker's tree with the
 object's URL in the message.
+
+A store works in a process forked from the one that opened it (a DataLoader worker): there
+it makes its obstore client again from the same configuration, with the child's obstore
+(:mod:`stoker.storage.native`), and starts its counters and rate shapers anew; the engine
+does the same for its loop (:mod:`stoker.storage.engine`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import builtins
+import functools
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-import obstore as obs
-
 from stoker.core.metrics import Counters
+from stoker.core.perprocess import PerProcess
 from stoker.errors import (
     BucketNotFoundError,
     CredentialsError,
@@ -30,6 +35,7 @@ from stoker.storage.base import Listing, ObjectMeta, PutData, check_range, check
 from stoker.storage.blocking import BlockingForms
 from stoker.storage.cache import DiskCache
 from stoker.storage.engine import IOEngine, default_engine
+from stoker.storage.native import native, rebuild
 from stoker.storage.options import StorageOptions
 from stoker.storage.rawlist import RawLister, RootedLister, invalid_key_in
 from stoker.storage.retry import (
@@ -73,6 +79,24 @@ def _meta(raw: Any, key: str | None = None) -> ObjectMeta:
     )
 
 
+class _Connection:
+    """What a store uses in one process: its obstore client, counters and shapers."""
+
+    __slots__ = ("counters", "native", "reported_rate", "shapers")
+
+    def __init__(self, native: Any) -> None:
+        self.native = native  # None until a missing local folder is written to
+        self.counters = Counters()
+        self.shapers: dict[str, PrefixShaper] = {}
+        self.reported_rate = 0  # what counters["shaping.rate_per_s"] holds now
+
+
+def _reconnect(opened: Any) -> _Connection:
+    # A process forked from the one that opened the store: the client made there runs on
+    # the parent's obstore runtime, which did not survive the fork; make it again here.
+    return _Connection(None if opened is None else rebuild(opened))
+
+
 class ObstoreStore(BlockingForms):
     """A :class:`~stoker.storage.base.Store` over an obstore store.
 
@@ -94,16 +118,14 @@ class ObstoreStore(BlockingForms):
         options: StorageOptions,
         engine: IOEngine | None = None,
     ) -> None:
-        self._native: Any = native.store  # None until a missing local folder is written to
+        reconnect = functools.partial(_reconnect, native.store)
+        self._here = PerProcess(reconnect, initial=_Connection(native.store))
         self._source = native.credentials_source
         self._endpoint = redact_userinfo(native.endpoint)  # for messages: never a password
         self._url = url
         self._options = options
         self._engine = engine or default_engine()
-        self._counters = Counters()
         self._ranged_first = url.scheme != "file"
-        self._shapers: dict[str, PrefixShaper] = {}
-        self._reported_rate = 0  # what counters["shaping.rate_per_s"] holds now
 
     @property
     def url(self) -> str:
@@ -111,7 +133,8 @@ class ObstoreStore(BlockingForms):
 
     @property
     def counters(self) -> Counters:
-        return self._counters
+        """The requests, retries and bytes of this store in this process."""
+        return self._here.get().counters
 
     @property
     def engine(self) -> IOEngine:
@@ -130,10 +153,16 @@ class ObstoreStore(BlockingForms):
             f"ObstoreStore({self.url!r}, endpoint={self._endpoint!r}, credentials={self._source!r})"
         )
 
+    @property
+    def _native(self) -> Any:
+        """This process's obstore client (None: a local folder not written to yet)."""
+        return self._here.get().native
+
     def _store(self, *, create: bool = False) -> Any:
-        if self._native is None:  # a local folder that did not exist when opened
-            self._native = open_local(Path(self._url.prefix), create=create)
-        return self._native
+        here = self._here.get()
+        if here.native is None:  # a local folder that did not exist when opened
+            here.native = open_local(Path(self._url.prefix), create=create)
+        return here.native
 
     def _raw_lister(self, exc: Exception) -> RootedLister:
         # obstore refused a listing page over one key it cannot parse: list past it with
@@ -158,22 +187,24 @@ class ObstoreStore(BlockingForms):
 
     def _shaper(self, path: str) -> PrefixShaper:
         prefix = prefix_of(self._url.prefix if self._url.scheme != "file" else "", path)
-        shaper = self._shapers.get(prefix)
+        shapers = self._here.get().shapers
+        shaper = shapers.get(prefix)
         if shaper is None:
             key = (self._endpoint, self._url.bucket or self._url.prefix, prefix)
             shaper = self._engine.shapers.get(
                 key, policy=self._options.shaping, cap=self._options.max_requests_per_s
             )
-            self._shapers[prefix] = shaper
+            shapers[prefix] = shaper
         return shaper
 
     def _report(self, shaper: PrefixShaper) -> None:
         # shaping.rate_per_s is a level, not a total: the rate of the prefix last used.
+        here = self._here.get()
         rate = shaper.rate
         level = 0 if rate is None else max(1, round(rate))
-        if level != self._reported_rate:
-            self._counters.add("shaping.rate_per_s", level - self._reported_rate)
-            self._reported_rate = level
+        if level != here.reported_rate:
+            here.counters.add("shaping.rate_per_s", level - here.reported_rate)
+            here.reported_rate = level
 
     async def _request(self, op: str, path: str, attempt: Callable[[], Awaitable[T]]) -> T:
         shaper = self._shaper(path)
@@ -186,9 +217,9 @@ class ObstoreStore(BlockingForms):
                         sent_at, more_s = await shaper.take_token()
                         waited_s += more_s
                     if waited_s > 0:
-                        self._counters.add("shaping.waits")
-                        self._counters.add("shaping.wait_ms", round(waited_s * 1000))
-                    self._counters.add(f"requests.{op}")
+                        self.counters.add("shaping.waits")
+                        self.counters.add("shaping.wait_ms", round(waited_s * 1000))
+                    self.counters.add(f"requests.{op}")
                     try:
                         result = await self._engine.track(attempt())
                     except Exception as exc:
@@ -208,7 +239,7 @@ class ObstoreStore(BlockingForms):
             return await call_with_retries(
                 one_attempt,
                 policy=self._options.retry,
-                counters=self._counters,
+                counters=self.counters,
                 what=f"{op.upper()} {self._url.child(path)}",
             )
         except _RangeBeyondEnd:
@@ -263,7 +294,9 @@ class ObstoreStore(BlockingForms):
 
         async def attempt() -> tuple[memoryview, int]:
             try:
-                result = await obs.get_async(self._store(), path, options={"range": (start, end)})
+                result = await native().functions.get_async(
+                    self._store(), path, options={"range": (start, end)}
+                )
             except Exception as exc:
                 if _is_unsatisfiable_range(exc):
                     raise _RangeBeyondEnd(None) from exc
@@ -274,7 +307,7 @@ class ObstoreStore(BlockingForms):
             data = memoryview(await result.bytes_async())
             if len(data) != end - start:
                 raise ShortBodyError(f"got {len(data)} of {end - start} bytes")
-            self._counters.add("bytes.read", len(data))
+            self.counters.add("bytes.read", len(data))
             return data, size
 
         return await self._request("get", path, attempt)
@@ -286,7 +319,9 @@ class ObstoreStore(BlockingForms):
 
         async def first_part() -> tuple[memoryview, int]:
             try:
-                result = await obs.get_async(self._store(), path, options={"range": (0, part)})
+                result = await native().functions.get_async(
+                    self._store(), path, options={"range": (0, part)}
+                )
             except Exception as exc:
                 # An empty object has no byte 0: S3 answers 416 to any range.
                 if _is_unsatisfiable_range(exc):
@@ -297,7 +332,7 @@ class ObstoreStore(BlockingForms):
             low, high = result.range
             if len(data) != high - low or len(data) != min(part, size):
                 raise ShortBodyError(f"got {len(data)} of {min(part, size)} bytes")
-            self._counters.add("bytes.read", len(data))
+            self.counters.add("bytes.read", len(data))
             return data, size
 
         try:
@@ -319,11 +354,11 @@ class ObstoreStore(BlockingForms):
 
     async def _get_whole(self, path: str) -> memoryview:
         async def attempt() -> memoryview:
-            result = await obs.get_async(self._store(), path)
+            result = await native().functions.get_async(self._store(), path)
             data = memoryview(await result.bytes_async())
             if len(data) != int(result.meta["size"]):
                 raise ShortBodyError(f"got {len(data)} of {result.meta['size']} bytes")
-            self._counters.add("bytes.read", len(data))
+            self.counters.add("bytes.read", len(data))
             return data
 
         return await self._request("get", path, attempt)
@@ -347,21 +382,21 @@ class ObstoreStore(BlockingForms):
             check_range(path, s, e)
 
         async def attempt() -> builtins.list[memoryview]:
-            buffers = await obs.get_ranges_async(
+            buffers = await native().functions.get_ranges_async(
                 self._store(), path, starts=list(starts), ends=list(ends)
             )
             views = [memoryview(b) for b in buffers]
             for view, s, e in zip(views, starts, ends, strict=True):
                 if len(view) != e - s:
                     raise ShortBodyError(f"range [{s}, {e}): got {len(view)} bytes")
-            self._counters.add("bytes.read", sum(len(v) for v in views))
+            self.counters.add("bytes.read", sum(len(v) for v in views))
             return views
 
         return await self._request("get", path, attempt)
 
     async def head_async(self, path: str) -> ObjectMeta:
         async def attempt() -> ObjectMeta:
-            return _meta(await obs.head_async(self._store(), path))
+            return _meta(await native().functions.head_async(self._store(), path))
 
         return await self._request("head", path, attempt)
 
@@ -381,7 +416,7 @@ class ObstoreStore(BlockingForms):
                 return page.objects if page.objects or page.truncated else None
             # A failed page restarts the listing after the last key already yielded.
             if current[0] is None:
-                stream = obs.list(
+                stream = native().functions.list(
                     self._store(), prefix.strip("/") or None, offset=last[0], chunk_size=_LIST_PAGE
                 )
                 current[0] = stream.__aiter__()
@@ -405,7 +440,9 @@ class ObstoreStore(BlockingForms):
 
         async def attempt() -> Listing:
             try:
-                raw = await obs.list_with_delimiter_async(self._store(), prefix.strip("/") or None)
+                raw = await native().functions.list_with_delimiter_async(
+                    self._store(), prefix.strip("/") or None
+                )
             except Exception as exc:
                 return await self._raw_lister(exc).level(prefix)
             return Listing(
@@ -425,7 +462,7 @@ class ObstoreStore(BlockingForms):
 
         async def attempt() -> ObjectMeta:
             payload: Any = data if isinstance(data, Path) else memoryview(data)
-            result = await obs.put_async(
+            result = await native().functions.put_async(
                 self._store(create=True),
                 path,
                 payload,
@@ -433,7 +470,7 @@ class ObstoreStore(BlockingForms):
                 chunk_size=self._options.part_size_bytes,
                 max_concurrency=8,
             )
-            self._counters.add("bytes.written", size)
+            self.counters.add("bytes.written", size)
             etag = result.get("e_tag")
             return ObjectMeta(key=path, size=size, etag=etag.strip('"') if etag else None)
 
@@ -442,7 +479,7 @@ class ObstoreStore(BlockingForms):
     async def delete_async(self, path: str) -> None:
         async def attempt() -> None:
             try:
-                await obs.delete_async(self._store(), path)
+                await native().functions.delete_async(self._store(), path)
             except FileNotFoundError:
                 return
 

@@ -25,22 +25,22 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from obstore.store import AzureStore, GCSStore, LocalStore, S3Store
-
 from stoker.errors import CredentialsError
+from stoker.storage.native import native
 from stoker.storage.options import StorageOptions
 from stoker.storage.url import StorageUrl
 
 DEFAULT_REGION = "us-east-1"
-
-NativeStore = S3Store | GCSStore | AzureStore | LocalStore
 
 
 @dataclass(frozen=True, slots=True)
 class NativeConfig:
     """An obstore store plus what errors should say about how it was configured."""
 
-    store: NativeStore | None  # None: a local folder that does not exist (yet)
+    # An S3Store, GCSStore, AzureStore or LocalStore of this process's obstore (their
+    # classes differ in a forked child, see stoker.storage.native); None: a local folder
+    # that does not exist (yet).
+    store: Any
     credentials_source: str
     endpoint: str
 
@@ -195,7 +195,7 @@ def build_s3(url: StorageUrl, options: StorageOptions) -> NativeConfig:
     config["virtual_hosted_style_request"] = style == "virtual"
     config.update(options.extra)
 
-    store = S3Store(
+    store = native().stores.S3Store(
         url.bucket,
         prefix=url.prefix or None,
         config=config,
@@ -206,13 +206,13 @@ def build_s3(url: StorageUrl, options: StorageOptions) -> NativeConfig:
     return NativeConfig(store, source, shown_endpoint)
 
 
-def open_local(root: Path, *, create: bool) -> LocalStore:
+def open_local(root: Path, *, create: bool) -> Any:
     """The obstore store of a local folder; only a write (``create``) makes a missing one."""
     if not root.is_dir():
         if not create:
             raise FileNotFoundError(f"{root}: no such folder")
         root.mkdir(parents=True, exist_ok=True)
-    return LocalStore(root)
+    return native().stores.LocalStore(root)
 
 
 def _use_profile(config: dict[str, Any], profile: _Profile) -> str:
@@ -231,7 +231,7 @@ def build_native(url: StorageUrl, options: StorageOptions) -> NativeConfig:
         root = Path(url.prefix)
         # A missing folder is created by the first write, never by opening or reading it
         # (a mistyped path given to ls, inspect or show must not appear on disk).
-        local = LocalStore(root) if root.is_dir() else None
+        local = native().stores.LocalStore(root) if root.is_dir() else None
         return NativeConfig(local, "local filesystem", str(root))
     client = _client_options(options, options.endpoint_url)
     extra: Any = dict(options.extra)  # obstore's GCSConfig / AzureConfig
@@ -239,7 +239,7 @@ def build_native(url: StorageUrl, options: StorageOptions) -> NativeConfig:
         extra["skip_signature"] = "true"
     source = "storage_options" if options.extra else "obstore default credential chain"
     if url.scheme == "gs":
-        gcs = GCSStore(
+        gcs = native().stores.GCSStore(
             url.bucket,
             prefix=url.prefix or None,
             config=extra or None,
@@ -248,7 +248,7 @@ def build_native(url: StorageUrl, options: StorageOptions) -> NativeConfig:
         )
         return NativeConfig(gcs, source, "https://storage.googleapis.com")
     if url.scheme == "az":
-        azure = AzureStore(
+        azure = native().stores.AzureStore(
             url.bucket,
             prefix=url.prefix or None,
             config=extra or None,
