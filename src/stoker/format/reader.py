@@ -158,7 +158,8 @@ class ShardDataset:
             raise self._size_error(number)
         if number not in self._sizes_checked:
             head = self._size_heads.get(number)
-            if head is None:
+            if head is None or head.get_loop() is not asyncio.get_running_loop():
+                # None yet, or one on a parent's loop (before a fork): its answer goes there.
                 name = self._index.shards[number].name
                 head = asyncio.ensure_future(self._shard_size(name))
                 self._size_heads[number] = head

@@ -66,9 +66,11 @@ class StokerIterableDataset(IterableDataset[dict[str, Any]]):
     Use with ``DataLoader(dataset, batch_size=None, num_workers=k)``: the dataset makes
     the batches, so the DataLoader must not batch them again (its default ``batch_size=1``
     would add a leading dimension of 1 to every array; that is refused with an error).
-    Each worker opens its own loader (stores are opened lazily, so nothing unpicklable
-    crosses processes) and makes batches ``w, w + k, ...`` of the rank's epoch, so the
-    DataLoader's in-order output is the same batch sequence whatever ``k`` is.
+    Each worker runs its own loader and makes batches ``w, w + k, ...`` of the rank's
+    epoch, so the DataLoader's in-order output is the same batch sequence whatever ``k``
+    is. Any start method works, whatever the parent did first: a forked worker (Linux's
+    default) reads the dataset the parent opened with a client and I/O engine of its own;
+    a spawned one opens it again (the open dataset is not pickled).
 
     Args:
         url: Dataset URL.

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import sys
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -129,6 +130,7 @@ class BatchAssembler:
         self._pool: ThreadPoolExecutor | None = None
         self._pools_made = 0
         self._processes: ProcessDecoder | None = None
+        self._workers_pid = os.getpid()  # the process whose threads (or processes) decode
         self._depth = 1  # batches decoding at once (start_workers says)
         self.arrays = BatchArrays(keep=4)
 
@@ -140,11 +142,20 @@ class BatchAssembler:
             batch_size: Most samples per batch.
             depth: Batches decoding at once (process mode sizes its shared memory by it).
         """
+        self._leave_a_parents_workers()
         if self._pool is None:
             self._pool = self._new_pool()
         # Every batch decoding, the one the consumer holds, and one more.
         self.arrays.keep = depth + 2
         self._depth = depth
+
+    def _leave_a_parents_workers(self) -> None:
+        # A process forked after the workers started: the parent's threads are not here (a
+        # task given to its pool would never run) and its processes are not ours. Leave
+        # them to the parent, untouched; this process starts its own.
+        if self._workers_pid != os.getpid():
+            self._pool, self._processes = None, None
+            self._workers_pid = os.getpid()
 
     def _start_processes(self, ids: np.ndarray, raw: list[dict[str, Any]], epoch: int) -> None:
         """Start the worker processes, their shared memory sized by the first real batch:
@@ -356,6 +367,7 @@ class BatchAssembler:
 
     def close(self) -> None:
         """Stop the decode threads (or processes); :meth:`start_workers` starts them anew."""
+        self._leave_a_parents_workers()
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None

@@ -12,11 +12,12 @@ in flight share the link, so fetching further ahead would only delay it.
 
 from __future__ import annotations
 
+import os
 import time
 from collections import Counter, deque
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -38,10 +39,12 @@ class _ReadAhead:
     epoch: int
     chunks: list[np.ndarray]
     futures: list[Future[Fetched]]
+    pid: int = field(default_factory=os.getpid)  # their answers go to this process only
 
     def matches(self, epoch: int, chunks: list[np.ndarray]) -> bool:
         return (
-            epoch == self.epoch
+            self.pid == os.getpid()  # not a parent's, before a fork
+            and epoch == self.epoch
             and len(chunks) >= len(self.chunks)
             and all(np.array_equal(a, b) for a, b in zip(self.chunks, chunks, strict=False))
         )
