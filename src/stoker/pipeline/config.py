@@ -13,15 +13,15 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, TypedDict, TypeVar
 
-import numpy as np
-
+from stoker.core.checks import check_choice, check_instance, check_int, shown
 from stoker.format.reader import ShardDataset
 from stoker.format.spec import DEFAULT_MAX_PIXELS
 from stoker.pipeline.autotune import AutotuneConfig
 from stoker.pipeline.mixing import MixConfig
 from stoker.pipeline.order import OrderConfig
+from stoker.pipeline.transforms import PlannedTransform
 from stoker.pipeline.windows import WindowConfig
 from stoker.pipeline.world import World
 
@@ -31,6 +31,8 @@ BLOCK_PAGE_BYTES = 1 << 20
 #: Page of the disk cache for ``OrderConfig(mode="random")``, which reads one sample per
 #: request: small pages keep a cold read small.
 SAMPLE_PAGE_BYTES = 128 << 10
+
+C = TypeVar("C")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -62,16 +64,11 @@ class DecodeConfig:
     on_error: Literal["raise", "skip"] = "raise"
 
     def __post_init__(self) -> None:
-        if self.threads not in ("cpus", "auto") and (
-            not isinstance(self.threads, int) or self.threads < 1
-        ):
-            raise ValueError(f"threads must be >= 1, 'cpus' or 'auto', got {self.threads!r}")
-        if self.method not in ("thread", "process"):
-            raise ValueError(f"method must be 'thread' or 'process', got {self.method!r}")
-        if self.max_pixels < 1:
-            raise ValueError(f"max_pixels must be >= 1, got {self.max_pixels}")
-        if self.on_error not in ("raise", "skip"):
-            raise ValueError(f"on_error must be 'raise' or 'skip', got {self.on_error!r}")
+        if self.threads not in ("cpus", "auto"):
+            check_int("threads", self.threads, minimum=1, kind="an int, 'cpus' or 'auto'")
+        check_choice("method", self.method, ("thread", "process"))
+        check_int("max_pixels", self.max_pixels, minimum=1)
+        check_choice("on_error", self.on_error, ("raise", "skip"))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -97,12 +94,14 @@ class CacheConfig:
     page_bytes: int | None = None
 
     def __post_init__(self) -> None:
-        if self.dir is None and (self.max_bytes is not None or self.page_bytes is not None):
-            raise ValueError("max_bytes and page_bytes are the disk cache's: give dir too")
+        if self.dir is not None and not isinstance(self.dir, str | os.PathLike):
+            raise TypeError(f"dir must be a path (str or os.PathLike), got {self.dir!r}")
         for name in ("max_bytes", "memory_bytes", "page_bytes"):
             value = getattr(self, name)
-            if value is not None and value < 1:
-                raise ValueError(f"{name} must be >= 1, got {value}")
+            if value is not None:
+                check_int(name, value, minimum=1, kind="an int number of bytes (1 GB: 10**9)")
+        if self.dir is None and (self.max_bytes is not None or self.page_bytes is not None):
+            raise ValueError("max_bytes and page_bytes are the disk cache's: give dir too")
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,21 +153,46 @@ class SourceConfig:
             raise ValueError("side tables go with a single dataset")
 
 
-def check_loader_arguments(*, batch_size: object, prefetch: object) -> None:
-    """Refuse a Loader's ``batch_size`` or ``prefetch`` that cannot work, naming it.
+def check_loader_arguments(
+    *, batch_size: object, prefetch: object, transform: object = None
+) -> None:
+    """Refuse a Loader's ``batch_size``, ``prefetch`` or ``transform`` that cannot work,
+    naming it.
 
     Raises:
-        TypeError: Not an integer (``prefetch`` may also be ``"auto"``).
+        TypeError: Not an integer (``prefetch`` may also be ``"auto"``), or a transform
+            that is none of the built-in ones and not callable.
         ValueError: Less than 1.
     """
-    for name, value in (("batch_size", batch_size), ("prefetch", prefetch)):
-        if name == "prefetch" and value == "auto":
-            continue
-        if not isinstance(value, int | np.integer) or isinstance(value, bool):
-            expected = "an int" if name == "batch_size" else "an int or 'auto'"
-            raise TypeError(f"{name} must be {expected}, got {value!r}")
-        if value < 1:
-            raise ValueError(f"{name} must be >= 1, got {value}")
+    check_int("batch_size", batch_size, minimum=1)
+    if prefetch != "auto":
+        check_int("prefetch", prefetch, minimum=1, kind="an int or 'auto'")
+    if not (transform is None or callable(transform) or isinstance(transform, PlannedTransform)):
+        raise TypeError(
+            "transform must be a built-in transform (e.g. RandomResizedCrop(224)), a callable "
+            f"taking a PIL.Image, or None; got {shown(transform)}"
+        )
+
+
+def config_or_default(name: str, value: C | None, kind: type[C]) -> C:
+    """``value``, or ``kind()`` if it is None, for the Loader's config argument ``name``.
+
+    Raises:
+        TypeError: ``value`` is something else than a ``kind`` (``order="random"``); the
+            message shows the call that was probably meant.
+    """
+    check_instance(name, value, kind, _EXAMPLES[name])
+    return kind() if value is None else value
+
+
+#: How each config argument of the Loader is made, for the error of a wrong one.
+_EXAMPLES = {
+    "order": "OrderConfig(mode='random')",
+    "world": "World(rank=0, world_size=2)",
+    "decode": "DecodeConfig(method='process')",
+    "autotune": "AutotuneConfig(max_threads=8)",
+    "cache": "CacheConfig(dir='/local/cache')",
+}
 
 
 class LoaderOptions(TypedDict, total=False):

@@ -26,6 +26,7 @@ from collections import deque
 from collections.abc import Iterator, Mapping
 from typing import Any, Literal
 
+from stoker.core.checks import check_bool
 from stoker.core.metrics import Stage, Stages, StageTotals, TraceEvent, merge_snapshots
 from stoker.pipeline.autotune import AutotuneConfig, Autotuner, default_threads
 from stoker.pipeline.batching import BatchAssembler, PendingBatch
@@ -35,6 +36,7 @@ from stoker.pipeline.config import (
     CacheConfig,
     DecodeConfig,
     check_loader_arguments,
+    config_or_default,
 )
 from stoker.pipeline.mixing import SourceShare
 from stoker.pipeline.order import EpochOrder, OrderConfig, Segment
@@ -101,6 +103,7 @@ class Loader:
         storage_options: See :func:`stoker.open_store`.
 
     Raises:
+        TypeError: A setting of the wrong type (``order="random"``, ``drop_last="no"``).
         ValueError: A setting out of range, or two that contradict each other.
     """
 
@@ -120,18 +123,18 @@ class Loader:
         cache: CacheConfig | None = None,
         storage_options: Mapping[str, Any] | None = None,
     ) -> None:
-        check_loader_arguments(batch_size=batch_size, prefetch=prefetch)
-        decode = decode or DecodeConfig()
-        cache = cache or CacheConfig()
+        check_loader_arguments(batch_size=batch_size, prefetch=prefetch, transform=transform)
+        order = config_or_default("order", order, OrderConfig)
+        decode = config_or_default("decode", decode, DecodeConfig)
+        cache = config_or_default("cache", cache, CacheConfig)
+        autotune = config_or_default("autotune", autotune, AutotuneConfig)
         self.stages = Stages()
         with self.stages.time(Stage.INDEX):
             self.source = open_source(
                 source,
                 storage_options=storage_options,
                 cache=cache,
-                page_bytes=SAMPLE_PAGE_BYTES
-                if order and order.mode == "random"
-                else BLOCK_PAGE_BYTES,
+                page_bytes=SAMPLE_PAGE_BYTES if order.mode == "random" else BLOCK_PAGE_BYTES,
             )
         self.dataset = self.source.datasets[0]
         units, unit_bytes = self.source.units(), self.source.unit_bytes()
@@ -140,9 +143,9 @@ class Loader:
         )
         self.batch_size = batch_size
         self.transform = transform
-        self.world = world or World()
+        self.world = config_or_default("world", world, World)
         self.rank, self.world_size = self.world.rank, self.world.world_size
-        self.drop_last = drop_last
+        self.drop_last = check_bool("drop_last", drop_last)
         warn_if_small(units, world=self.world, batch_size=batch_size, url=self.source.url)
         self.num_threads = decode.threads if isinstance(decode.threads, int) else default_threads()
         # Read groups ahead: enough for two batches, at least two (past the window's `hold`).
@@ -255,21 +258,20 @@ class Loader:
         again) and the in-memory cache.
 
         Raises:
-            ValueError: The state was made with another seed or batch size.
+            TypeError: A field of the wrong type.
+            ValueError: A field missing, unknown, out of range or past the epoch's end, or
+                another seed or batch size than the loader's.
         """
         point = resume_point(
             state,
             seed=self.order_config.seed_value,
             batch_size=self.batch_size,
             world_size=self.world.world_size,
+            orders=self._order,
+            drop_last=self.drop_last,
         )
         self.epoch, self._position, self._segments = point.epoch, point.position, point.segments
-        logger.info(
-            "resuming epoch %d at batch %d (%d earlier segments)",
-            self.epoch,
-            self._position,
-            len(self._segments),
-        )
+        logger.info("resuming epoch %d at batch %d", point.epoch, point.position)
 
     # -- observe ---------------------------------------------------------------------------
 
@@ -383,10 +385,8 @@ class Loader:
         self._batches.resize(tuner.threads)
 
     def close(self) -> None:
-        """Stop the decode threads (or processes) and close the disk cache's files.
-
-        Iterating again starts them anew.
-        """
+        """Stop the decode threads (or processes) and close the disk cache's files; iterating
+        again starts them anew."""
         self._prefetcher.drop_read_ahead()
         self._batches.close()
         for dataset in self.source.datasets:

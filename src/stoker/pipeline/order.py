@@ -38,6 +38,8 @@ from typing import Literal
 
 import numpy as np
 
+from stoker.core.checks import check_choice, check_int
+
 ShuffleMode = Literal["blocks", "random", "none"]
 
 
@@ -77,12 +79,13 @@ class OrderConfig:
     window: int | None = None
 
     def __post_init__(self) -> None:
-        if self.mode not in ("blocks", "random", "none"):
-            raise ValueError(f"mode must be 'blocks', 'random' or 'none', got {self.mode!r}")
+        check_choice("mode", self.mode, ("blocks", "random", "none"))
+        if self.seed is not None:
+            check_int("OrderConfig seed", self.seed, minimum=0)
         for name in ("block_size", "group_blocks", "window"):
             value = getattr(self, name)
-            if value is not None and value < 1:
-                raise ValueError(f"OrderConfig {name} must be >= 1, got {value}")
+            if value is not None:
+                check_int(f"OrderConfig {name}", value, minimum=1)
 
     @property
     def shuffle(self) -> bool:
@@ -353,13 +356,15 @@ def consumed(
     segments: Sequence[Segment],
     *,
     drop_last: bool = False,
+    seen: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Sample ids consumed so far in this epoch by all ranks, over earlier segments.
+    """Sample ids consumed so far in this epoch by all ranks, over earlier segments (those
+    after the segments that consumed ``seen``, if given).
 
     Padding repeats are not new samples, so they are simply part of a rank's share; the
     union over ranks is what the epoch has delivered.
     """
-    seen = np.zeros(0, dtype=np.int64)
+    seen = np.zeros(0, dtype=np.int64) if seen is None else seen
     for segment in segments:
         taken = [
             assign(

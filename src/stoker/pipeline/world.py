@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
+from stoker.core.checks import check_int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -27,7 +27,7 @@ class World:
 
     def __post_init__(self) -> None:
         for name in ("rank", "world_size", "worker", "num_workers"):
-            _check_integer(name, getattr(self, name))
+            check_int(name, getattr(self, name))
         if self.world_size < 1:
             raise ValueError(f"world_size must be >= 1, got {self.world_size}")
         if not 0 <= self.rank < self.world_size:
@@ -42,9 +42,3 @@ class World:
                 f"worker must be in 0..{self.num_workers - 1} (num_workers={self.num_workers}), "
                 f"got {self.worker}"
             )
-
-
-def _check_integer(name: str, value: object) -> None:
-    # numpy integers are integers; bools, floats and strings are not.
-    if not isinstance(value, int | np.integer) or isinstance(value, bool):
-        raise TypeError(f"{name} must be an int, got {value!r}")

@@ -124,7 +124,13 @@ class DiskCache:
         if max_bytes is None:
             Path(directory).mkdir(parents=True, exist_ok=True)
             wanted = int(data_bytes * 1.1) + (64 << 20)
-            max_bytes = min(wanted, int(shutil.disk_usage(directory).free * 0.8))
+            room = int(shutil.disk_usage(directory).free * 0.8)
+            if room < 1:
+                raise ValueError(
+                    f"disk cache {directory}: no free space there to hold a cache; "
+                    "give another dir (on a local disk)"
+                )
+            max_bytes = min(wanted, room)
         return cls(directory, max_bytes=max_bytes)
 
     def __repr__(self) -> str:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from stoker.storage.retry import RetryPolicy
 from stoker.storage.shaping import ShapingPolicy
@@ -108,12 +110,11 @@ class StorageOptions:
             raise ValueError("multipart_threshold_bytes must be >= part_size_bytes")
         if self.timeout_s <= 0 or self.connect_timeout_s <= 0:
             raise ValueError("timeouts must be > 0")
-        if self.max_requests_per_s is not None and not self.max_requests_per_s > 0:
-            raise ValueError(f"max_requests_per_s must be > 0, got {self.max_requests_per_s}")
-        if self.endpoint_url is not None and "://" not in self.endpoint_url:
-            raise ValueError(
-                f"endpoint_url must be a URL such as https://host:port, got {self.endpoint_url!r}"
-            )
+        rate = self.max_requests_per_s
+        if rate is not None and not (0 < rate < math.inf):
+            raise ValueError(f"max_requests_per_s must be a finite number > 0, got {rate}")
+        if self.endpoint_url is not None:
+            check_endpoint_url(self.endpoint_url)
 
     @classmethod
     def from_mapping(cls, options: Mapping[str, Any] | StorageOptions | None) -> StorageOptions:
@@ -123,12 +124,17 @@ class StorageOptions:
         ``region_name``, ...). ``None`` gives the defaults.
 
         Raises:
-            ValueError: An unknown key.
+            TypeError: ``options`` is not a mapping.
+            ValueError: An unknown key, or a value out of range.
         """
         if options is None:
             return cls()
         if isinstance(options, StorageOptions):
             return options
+        if not isinstance(options, Mapping):
+            raise TypeError(
+                f"storage_options must be a mapping (a dict) or StorageOptions, got {options!r}"
+            )
         known = {f.name for f in fields(cls)}
         values: dict[str, Any] = {}
         for key, value in options.items():
@@ -144,3 +150,33 @@ class StorageOptions:
         if isinstance(values.get("shaping"), Mapping):
             values["shaping"] = ShapingPolicy(**values["shaping"])
         return cls(**values)
+
+
+def check_endpoint_url(url: str) -> None:
+    """Refuse an endpoint no request can go to, naming it: not http(s), no host, a bad
+    port, a query, a fragment or a space (obstore panics on some: "rust future panicked").
+    A ``user:password@`` in it is not shown.
+
+    Raises:
+        ValueError: Such an endpoint.
+    """
+    problem = None
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018  # raises on a port that is not a number in 0..65535
+    except ValueError as exc:
+        problem = str(exc)
+    else:
+        if parts.scheme.lower() not in ("http", "https"):
+            problem = "not http:// or https://"
+        elif not parts.hostname:
+            problem = "no host"
+        elif parts.query or parts.fragment or "?" in url or "#" in url:
+            problem = "a query or fragment"
+        elif not url.isprintable() or any(c.isspace() for c in url):
+            problem = "a space or control character"
+    if problem is not None:
+        raise ValueError(
+            f"endpoint_url must be a URL such as https://host:port, got "
+            f"{redact_userinfo(url)!r} ({problem})"
+        )
