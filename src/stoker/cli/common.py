@@ -13,8 +13,9 @@ from typing import Any, TypeVar
 import click
 
 from stoker.errors import StokerError
-from stoker.storage import StorageOptions
-from stoker.storage.engine import abort_all
+from stoker.storage import StorageOptions, open_store
+from stoker.storage.base import Store
+from stoker.storage.engine import IOEngine, abort_all
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -30,6 +31,13 @@ class Context:
 def storage_options(ctx: click.Context) -> Any:
     """The `StorageOptions` the global options gave, for a command handed click's context."""
     return ctx.obj.storage_options
+
+
+def open_url(ctx: Context, url: str, *, max_in_flight: int | None = None) -> Store:
+    """The store at ``url`` with the global options (and its own I/O engine, bounded to
+    ``max_in_flight`` requests, if given)."""
+    engine = IOEngine(max_in_flight=max_in_flight) if max_in_flight else None
+    return open_store(url, storage_options=ctx.storage_options, engine=engine)
 
 
 def fail(message: str) -> None:

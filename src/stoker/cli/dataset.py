@@ -12,6 +12,7 @@ from rich.table import Table
 
 from stoker.cli.common import handle_errors
 from stoker.cli.common import storage_options as _storage
+from stoker.cli.params import ByteSize
 from stoker.core.units import format_bytes
 from stoker.format.reader import ShardDataset, open_dataset
 from stoker.format.spec import DEFAULT_MAX_PIXELS, MAX_PREFIXES
@@ -24,29 +25,6 @@ from stoker.pipeline.order import assign
 from stoker.pipeline.plan import resolve_order
 from stoker.pipeline.quality import LabelMix, ReadCost, label_mix, read_cost
 from stoker.pipeline.sources import DatasetSource
-
-
-def parse_size(text: str) -> int:
-    """``"128MB"`` -> 128000000; ``"64MiB"``, ``"1.5GB"``, plain bytes."""
-    units = {
-        "": 1,
-        "b": 1,
-        "kb": 10**3,
-        "mb": 10**6,
-        "gb": 10**9,
-        "kib": 2**10,
-        "mib": 2**20,
-        "gib": 2**30,
-    }
-    value = text.strip().lower()
-    number = value.rstrip("kmgib")
-    unit = value[len(number) :]
-    if unit not in units:
-        raise click.BadParameter(f"{text!r}: use a size such as 128MB or 64MiB")
-    try:
-        return int(float(number) * units[unit])
-    except ValueError as exc:
-        raise click.BadParameter(f"{text!r}: use a size such as 128MB or 64MiB") from exc
 
 
 @click.command("pack")
@@ -62,6 +40,7 @@ def parse_size(text: str) -> int:
 )
 @click.option(
     "--shard-size",
+    type=ByteSize(minimum=1),
     default=f"{DEFAULT_SHARD_BYTES // 10**6}MB",
     show_default=True,
     help="Target shard size (input bytes), e.g. 64MB, 256MiB.",
@@ -151,7 +130,7 @@ def pack_command(
     src: str,
     dst_url: str,
     source_format: str,
-    shard_size: str,
+    shard_size: int,
     samples_per_shard: int | None,
     resize_shorter: int | None,
     max_side: int | None,
@@ -182,7 +161,7 @@ def pack_command(
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--workers") from None
     config = PackConfig(
-        max_shard_bytes=parse_size(shard_size),
+        max_shard_bytes=shard_size,
         samples_per_shard=samples_per_shard,
         images=ImagePolicy(
             resize_shorter=resize_shorter,

@@ -10,7 +10,9 @@ import click
 from stoker.cli.common import handle_errors, with_options
 from stoker.cli.common import storage_options as _storage
 from stoker.cli.compare import run_compare
+from stoker.cli.params import FiniteFloat
 from stoker.core.units import format_bytes
+from stoker.profile.doctor import MAX_STEP_S
 
 if TYPE_CHECKING:
     from stoker.pipeline.loader import Loader
@@ -41,7 +43,13 @@ _with_transform_options = with_options(
             show_default=True,
             help="Training-style random crops with flips, or the evaluation crop.",
         ),
-        click.option("--seed", type=int, default=0, show_default=True, help="Order and crop seed."),
+        click.option(
+            "--seed",
+            type=click.IntRange(0),
+            default=0,
+            show_default=True,
+            help="Order and crop seed.",
+        ),
     ]
 )
 
@@ -148,8 +156,8 @@ def show_command(
     with _open_loader(
         ctx, url, batch_size=9, seed=seed, transform_kind=transform_kind, size=size
     ) as loader:
-        path = save_sample_grid(loader, out)
-    click.echo(f"Wrote {path} (9 samples of {url}).")
+        path, shown = save_sample_grid(loader, out)
+    click.echo(f"Wrote {path} ({shown} samples of {url}).")
 
 
 @click.command("bench")
@@ -185,7 +193,7 @@ def show_command(
 )
 @click.option(
     "--rtt-ms",
-    type=click.FloatRange(0, 10_000),
+    type=FiniteFloat(0, 10_000),
     help="With --compare: put a proxy in front of the store that adds this round trip to "
     "every request (and 1 Gbit/s), so a server on this machine shows what a remote bucket "
     "costs. Needs --endpoint-url of a server on a loopback address.",
@@ -304,14 +312,14 @@ def bench_command(
 @click.argument("url")
 @click.option(
     "--step-ms",
-    type=click.FloatRange(0),
+    type=FiniteFloat(0, MAX_STEP_S * 1000),
     default=100.0,
     show_default=True,
     help="Your training step per batch, simulated by sleeping (as waiting on a GPU does).",
 )
 @click.option(
     "--seconds",
-    type=click.FloatRange(0.1),
+    type=FiniteFloat(0.1),
     default=15.0,
     show_default=True,
     help="Measure for about this long (epochs repeat as needed; --batches instead).",

@@ -10,7 +10,7 @@ from PIL import Image
 
 from stoker.errors import SourceError
 from stoker.format import spec
-from stoker.format.imaging import PILLOW_ERRORS
+from stoker.format.imaging import PILLOW_ERRORS, pillow_problem
 from stoker.format.spec import declared_image_size
 from stoker.pack.imagecheck import check_jpeg_decodes, check_png_decodes, jpeg_size, png_size
 
@@ -106,7 +106,7 @@ def process_image(data: bytes, ext: str, policy: ImagePolicy, *, where: str) -> 
             check_png_decodes(data)
             return ext, data
     except ValueError as exc:  # SourceError (the pixel limit) is not one: it passes
-        raise SourceError(f"{where}: cannot decode image: {exc}") from exc
+        raise SourceError(f"{where}: cannot decode image: {pillow_problem(data, exc)}") from exc
     declared = declared_image_size(data)
     if declared is not None:  # before Pillow, so that our limit decides, not Pillow's
         _check_pixels(*declared, policy, where)
@@ -123,7 +123,7 @@ def process_image(data: bytes, ext: str, policy: ImagePolicy, *, where: str) -> 
     except SourceError:
         raise
     except PILLOW_ERRORS as exc:
-        raise SourceError(f"{where}: cannot decode image: {exc}") from exc
+        raise SourceError(f"{where}: cannot decode image: {pillow_problem(data, exc)}") from exc
 
 
 def _strict_jpeg(data: bytes, target: tuple[int, int]) -> Any:

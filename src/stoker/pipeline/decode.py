@@ -26,7 +26,7 @@ import numpy as np
 from PIL import Image
 
 from stoker.format import spec
-from stoker.format.imaging import PILLOW_ERRORS
+from stoker.format.imaging import PILLOW_ERRORS, pillow_problem
 from stoker.format.spec import declared_image_size
 from stoker.pipeline.transforms import PlannedTransform
 
@@ -315,7 +315,7 @@ def _pillow_rgb(data: bytes | memoryview, max_pixels: int) -> Any:
     except _PixelLimitError:
         raise
     except PILLOW_ERRORS as exc:
-        raise ValueError(f"cannot decode image: {exc}") from exc
+        raise ValueError(f"cannot decode image: {pillow_problem(data, exc)}") from exc
 
 
 class _PixelLimitError(ValueError):

@@ -26,7 +26,7 @@ from typing import Any, Literal
 import numpy as np
 from PIL import Image
 
-from stoker.format.imaging import PILLOW_ERRORS
+from stoker.format.imaging import PILLOW_ERRORS, pillow_problem
 from stoker.format.spec import DEFAULT_MAX_PIXELS
 
 #: Decodes one member's bytes; raises ValueError on bytes it cannot decode.
@@ -125,7 +125,7 @@ def decode_image(data: bytes) -> np.ndarray:
                 return np.asarray(image)
             return np.asarray(image.convert("L" if image.mode == "1" else "RGB"))
     except PILLOW_ERRORS as exc:
-        raise ValueError(f"not an image Pillow can decode: {exc}") from None
+        raise ValueError(f"not an image Pillow can decode: {pillow_problem(data, exc)}") from None
 
 
 def keep_bytes(data: bytes) -> bytes:

@@ -18,7 +18,6 @@ flight, how busy the decode threads and the CPU were) and concrete advice with n
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from collections.abc import Generator, Sequence
@@ -35,6 +34,8 @@ __all__ = ["INPUT_BOUND_SHARE", "STAGE_OF", "Bottleneck", "Diagnosis", "diagnose
 
 #: Above this share of waiting, the consumer is input-bound.
 INPUT_BOUND_SHARE = 0.10
+#: The longest simulated step: an hour (a measurement waits for several).
+MAX_STEP_S = 3600
 
 #: The stage behind each bottleneck, as ``loader.stats().stages`` names it.
 STAGE_OF: dict[str, str] = {
@@ -105,8 +106,8 @@ def diagnose(
     Raises:
         ValueError: Bad arguments, or the epoch has no batch after the warm-up.
     """
-    if step_s < 0 or not math.isfinite(step_s):
-        raise ValueError(f"step_s must be a finite number >= 0, got {step_s}")
+    if not 0 <= step_s <= MAX_STEP_S:
+        raise ValueError(f"step_s must be a number of seconds in 0..{MAX_STEP_S}, got {step_s}")
     if warmup_batches < 0 or (max_batches is not None and max_batches < 1):
         raise ValueError("warmup_batches must be >= 0 and max_batches >= 1")
     if step not in ("sleep", "spin"):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
@@ -25,7 +24,23 @@ def sample_grid(
     Raises:
         ValueError: The loader yielded no images.
     """
-    wanted = rows * columns
+    images, captions = _first_samples(loader, rows * columns)
+    return _render(images, captions, rows=rows, columns=columns, title_px=title_px)
+
+
+def save_sample_grid(
+    loader: Loader, out: str | Path, *, rows: int = 3, columns: int = 3, title_px: int = 18
+) -> tuple[Path, int]:
+    """Render :func:`sample_grid` to a PNG file; return its path and how many samples it
+    shows (fewer than its cells when the loader has fewer)."""
+    path = Path(out)
+    images, captions = _first_samples(loader, rows * columns)
+    grid = _render(images, captions, rows=rows, columns=columns, title_px=title_px)
+    grid.save(path, format="PNG")
+    return path, len(images)
+
+
+def _first_samples(loader: Loader, wanted: int) -> tuple[list[np.ndarray], list[str]]:
     images: list[np.ndarray] = []
     captions: list[str] = []
     names = loader.dataset.class_names
@@ -42,6 +57,12 @@ def sample_grid(
             break
     if not images:
         raise ValueError(f"{loader.dataset.url}: no samples to show")
+    return images, captions
+
+
+def _render(
+    images: list[np.ndarray], captions: list[str], *, rows: int, columns: int, title_px: int
+) -> Image.Image:
     cell_h = max(i.shape[0] for i in images)
     cell_w = max(i.shape[1] for i in images)
     grid = Image.new("RGB", (columns * cell_w, rows * (cell_h + title_px)), "white")
@@ -53,10 +74,3 @@ def sample_grid(
         draw.text((x + 3, y + 3), caption[: max(8, cell_w // 7)], fill="black", font=font)
         grid.paste(Image.fromarray(image), (x, y + title_px))
     return grid
-
-
-def save_sample_grid(loader: Loader, out: str | Path, **options: Any) -> Path:
-    """Render :func:`sample_grid` to a PNG file and return its path."""
-    path = Path(out)
-    sample_grid(loader, **options).save(path, format="PNG")
-    return path

@@ -219,12 +219,21 @@ class HDF5Reader:
         h5py = _import_h5py()
         temp = self._download() if is_remote(self._location) else None
         path = temp or self._location.removeprefix("file://")
+        if Path(path).is_dir():
+            raise SourceError(
+                f"{self._location} is a folder: the HDF5 reader takes one .h5 file (a folder of "
+                "images is read as an image folder: leave the format to be guessed)"
+            )
         try:
             file = h5py.File(path, "r")
         except OSError as exc:
             if temp is not None:
                 Path(temp).unlink(missing_ok=True)
-            raise SourceError(f"{self._location}: cannot open as HDF5: {exc}") from exc
+            # h5py's message runs on with its file descriptor, buffers and offsets.
+            reason = os.strerror(exc.errno) if exc.errno else str(exc).split(" (")[-1].split(",")[0]
+            raise SourceError(
+                f"{self._location}: cannot open as HDF5: {reason.strip(')')}"
+            ) from exc
         handle = _Handle(file, "encoded", temp)
         try:
             handle.layout = self._layout(h5py, file)

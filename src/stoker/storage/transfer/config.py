@@ -42,6 +42,31 @@ def bound_workers(workers: int, open_files_limit: int) -> tuple[int, int]:
     return workers, min(max(128, 2 * workers), room - workers)
 
 
+def check_glob(name: str, pattern: str) -> None:
+    """Refuse a glob pattern that matches otherwise than it reads: empty, or with a ``[``
+    that no ``]`` closes (fnmatch then takes the ``[`` literally, so ``--include '['``
+    selected nothing, silently).
+
+    Raises:
+        ValueError: Such a pattern, named with ``name``.
+    """
+    if not pattern:
+        raise ValueError(f"{name} pattern is empty: it would match no key")
+    i = 0
+    while i < len(pattern):
+        if pattern[i] == "[":  # a set runs to the next "]", a "]" first in it included
+            j = i + 1 + (pattern[i + 1 : i + 2] == "!")
+            j += pattern[j : j + 1] == "]"
+            end = pattern.find("]", j)
+            if end < 0:
+                raise ValueError(
+                    f"{name} pattern {pattern!r} has a '[' at {i} that no ']' closes; "
+                    "to match a '[' itself, write [[]"
+                )
+            i = end
+        i += 1
+
+
 class ProgressSink(Protocol):
     """Receives progress from a transfer (a progress bar, a logger, a test)."""
 
@@ -99,6 +124,12 @@ class TransferConfig:
             raise ValueError(
                 f"max_throttled_s must be a number of seconds > 0, got {self.max_throttled_s!r}"
             )
+        for name in ("include", "exclude"):
+            patterns = getattr(self, name)
+            if isinstance(patterns, str):  # would be read as one pattern per character
+                raise TypeError(f"{name} must be a tuple of patterns, got {patterns!r}")
+            for pattern in patterns:
+                check_glob(name, pattern)
 
     def selects(self, key: str) -> bool:
         """Whether ``key`` passes the include and exclude patterns."""
