@@ -69,12 +69,13 @@ def decode_int(data: bytes) -> int:
         raise ValueError(f"not an integer: {bytes(data)[:40]!r}") from None
 
 
-def decode_npy(data: bytes) -> np.ndarray:
-    """A numpy ``.npy`` array, its header checked against its length; never with pickle.
+def decode_npy(data: bytes) -> np.ndarray | bytes:
+    """A numpy ``.npy`` array, its header checked against its length; never with pickle:
+    an array of Python objects (which only unpickling could load) stays ``bytes``.
 
     Raises:
-        ValueError: Not an ``npy`` file, an object array (it would need pickle), or a
-            length that is not what the header's shape and dtype say (a truncated file).
+        ValueError: Not an ``npy`` file, or a length that is not what the header's shape
+            and dtype say (a truncated file).
     """
     buffer = io.BytesIO(data)
     try:
@@ -92,7 +93,7 @@ def decode_npy(data: bytes) -> np.ndarray:
     except (ValueError, SyntaxError, TypeError) as exc:
         raise ValueError(f"not an npy array: {exc}") from None
     if dtype.hasobject:
-        raise ValueError(f"npy array of dtype {dtype} holds Python objects (needs pickle): refused")
+        return bytes(data)
     count = math.prod(shape)
     start = buffer.tell()
     needed = count * dtype.itemsize
