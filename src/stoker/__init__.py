@@ -19,6 +19,7 @@ from stoker.pack.packer import PackConfig, PackReport, pack
 from stoker.pack.reencode import ImagePolicy
 from stoker.pipeline.autotune import AutotuneConfig
 from stoker.pipeline.config import CacheConfig, DecodeConfig, LoaderOptions, SourceConfig
+from stoker.pipeline.fields import FieldsConfig
 from stoker.pipeline.loader import Loader
 from stoker.pipeline.mixing import MixConfig
 from stoker.pipeline.order import OrderConfig
@@ -44,6 +45,7 @@ __all__ = [
     "CredentialsError",
     "DecodeConfig",
     "EndpointError",
+    "FieldsConfig",
     "ImagePolicy",
     "Loader",
     "LoaderOptions",

@@ -277,8 +277,62 @@ def test_two_jax_processes_each_read_their_share(dataset_url: str, tmp_path: Pat
             assert step["label_sum"] == int(first["label"].sum() + second["label"].sum())
 
 
+def child_records(url: str, out: Path) -> None:
+    """Records of a caption, an embedding and a ragged array: arrays sharded, the rest on
+    the host."""
+    import jax
+
+    jax.config.update("jax_num_cpu_devices", 2)
+    from stoker.integrations.jax import JaxLoader
+
+    seen: dict[str, Any] = {"txt": [], "emb": [], "types": set(), "ragged": []}
+    with JaxLoader(url, batch_size=4, order=OrderConfig(mode="none")) as loader:
+        for batch in loader:
+            seen["types"].add((type(batch["emb.npy"]).__name__, type(batch["txt"]).__name__))
+            seen["sharded"] = len(batch["emb.npy"].sharding.device_set)
+            seen["txt"] += batch["txt"]
+            seen["emb"] += np.asarray(batch["emb.npy"]).tolist()
+            seen["ragged"] += [np.asarray(a).tolist() for a in batch["seq.npy"]]
+    seen["types"] = sorted(seen["types"])
+    (out / "records.json").write_text(json.dumps(seen))
+
+
+RECORDS = 12
+
+
+def record(i: int) -> dict[str, Any]:
+    return {
+        "__key__": f"{i:04d}",
+        "txt": f"text {i}",
+        "emb.npy": np.full(3, i, dtype=np.float32),
+        "seq.npy": np.arange(i % 3 + 1, dtype=np.int16),
+    }
+
+
+def test_records_shard_arrays_and_keep_the_rest_on_the_host(tmp_path: Path) -> None:
+    if importlib.util.find_spec("jax") is None:
+        pytest.skip("jax is not installed (pip install -e '.[test]')")
+    import webdataset as wds
+
+    from stoker.pack.indexer import index_webdataset
+
+    with wds.TarWriter(str(tmp_path / "records-0000.tar")) as sink:
+        for i in range(RECORDS):
+            sink.write(record(i))
+    index_webdataset(tmp_path)
+    _wait(_spawn("records", str(tmp_path), str(tmp_path)))
+    seen = json.loads((tmp_path / "records.json").read_text())
+    assert seen["types"] == [["ArrayImpl", "list"]]
+    assert seen["sharded"] == 2
+    assert seen["txt"] == [f"text {i}" for i in range(RECORDS)]
+    assert seen["emb"] == [[float(i)] * 3 for i in range(RECORDS)]
+    assert seen["ragged"] == [list(range(i % 3 + 1)) for i in range(RECORDS)]
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "one":
         child_one_process(sys.argv[2], Path(sys.argv[3]))
+    elif sys.argv[1] == "records":
+        child_records(sys.argv[2], Path(sys.argv[3]))
     else:
         child_of_two(sys.argv[2], Path(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))

@@ -65,7 +65,7 @@ def test_a_member_named_like_a_loader_field_is_renamed_not_dropped() -> None:
 
 def test_chosen_fields_rename_pick_alternatives_and_transform() -> None:
     config = FieldsConfig(
-        fields={"caption": "txt", "meta": ("json", "jsn")},
+        select={"caption": "txt", "meta": ("json", "jsn")},
         transforms={"caption": str.upper},
     )
     out = decode_fields({"key": "a", "txt": b"hi", "jsn": b"[1]", "npy": b"ignored"}, config)
@@ -82,8 +82,8 @@ def test_missing_field_policies() -> None:
     with pytest.raises(
         MissingField, match=r"no field 'caption' \(member 'txt'; the sample has \['npy'\]\)"
     ):
-        decode_fields(sample, FieldsConfig(fields={"caption": "txt"}))
-    out = decode_fields(sample, FieldsConfig(fields={"caption": "txt"}, missing="none"))
+        decode_fields(sample, FieldsConfig(select={"caption": "txt"}))
+    out = decode_fields(sample, FieldsConfig(select={"caption": "txt"}, missing="none"))
     assert out == {"caption": None}
 
 
@@ -149,11 +149,11 @@ def test_collate_refuses_mixed_dtypes_naming_the_field() -> None:
 def test_config_checks_its_arguments() -> None:
     with pytest.raises(ValueError, match="missing must be"):
         FieldsConfig(missing="drop")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match=r"fields\['a'\] must be an extension"):
-        FieldsConfig(fields={"a": ()})
+    with pytest.raises(ValueError, match=r"select\['a'\] must be an extension"):
+        FieldsConfig(select={"a": ()})
     with pytest.raises(TypeError, match=r"transforms\['a'\] must be callable"):
-        FieldsConfig(fields={"a": "txt"}, transforms={"a": 3})  # type: ignore[dict-item]
+        FieldsConfig(select={"a": "txt"}, transforms={"a": 3})  # type: ignore[dict-item]
     with pytest.raises(ValueError, match=r"transforms\['b'\] names no field"):
-        FieldsConfig(fields={"a": "txt"}, transforms={"b": str})
+        FieldsConfig(select={"a": "txt"}, transforms={"b": str})
     with pytest.raises(TypeError, match=r"pad\['a'\] must be a number"):
         FieldsConfig(pad={"a": "0"})  # type: ignore[dict-item]

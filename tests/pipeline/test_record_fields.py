@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from stoker import DecodeConfig
+from stoker import DecodeConfig, FieldsConfig
+from stoker.errors import StokerError
 from stoker.pack.indexer import index_webdataset
 from stoker.pipeline.loader import Loader
 from stoker.pipeline.transforms import CenterCrop
@@ -86,3 +87,107 @@ def test_json_fields_match_webdatasets_own_decoding(captioned_url: str) -> None:
         assert text == theirs[key]["txt"]
         assert meta == theirs[key]["json"]
         assert json.dumps(meta) == json.dumps(theirs[key]["json"])
+
+
+def _arrays(i: int) -> dict[str, object]:
+    record: dict[str, object] = {
+        "__key__": f"doc{i:04d}",
+        "npy": np.arange(i % 5 + 1, dtype=np.float32) * i,
+        "cls": i % 2,
+    }
+    if i % 4 != 3:  # every fourth record has no caption
+        record["txt"] = f"document {i}"
+    return record
+
+
+@pytest.fixture(scope="module")
+def arrays_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    import webdataset as wds
+
+    root = tmp_path_factory.mktemp("arrays")
+    with wds.TarWriter(str(root / "arrays-0000.tar")) as sink:
+        for i in range(SAMPLES):
+            sink.write(_arrays(i))
+    index_webdataset(root)
+    return str(root)
+
+
+def test_records_without_images_stream_with_ragged_arrays_as_lists(arrays_url: str) -> None:
+    fields = FieldsConfig(select={"vector": "npy", "caption": "txt"}, missing="none")
+    with Loader(arrays_url, batch_size=5, decode=DecodeConfig(fields=fields)) as loader:
+        batches = list(loader)
+    assert "image" not in batches[0]
+    seen = {}
+    for batch in batches:
+        assert isinstance(batch["vector"], list)
+        for key, vector, caption in zip(
+            batch["key"], batch["vector"], batch["caption"], strict=True
+        ):
+            seen[key] = (vector, caption)
+    assert len(seen) == SAMPLES
+    for key, (vector, caption) in seen.items():
+        expected = _arrays(int(key[3:]))
+        np.testing.assert_array_equal(vector, expected["npy"])
+        assert vector.dtype == np.float32
+        assert caption == expected.get("txt")
+
+
+def test_ragged_arrays_padded_with_lengths(arrays_url: str) -> None:
+    fields = FieldsConfig(select={"vector": "npy"}, pad={"vector": -1})
+    with Loader(arrays_url, batch_size=SAMPLES, decode=DecodeConfig(fields=fields)) as loader:
+        (batch,) = list(loader)
+    assert batch["vector"].shape == (SAMPLES, 5)
+    assert batch["vector"].dtype == np.float32
+    for row, (key, length) in enumerate(zip(batch["key"], batch["vector_lengths"], strict=True)):
+        expected = _arrays(int(key[3:]))["npy"]
+        assert length == len(expected)
+        np.testing.assert_array_equal(batch["vector"][row, :length], expected)
+        assert (batch["vector"][row, length:] == -1).all()
+
+
+def test_a_missing_field_is_an_error_naming_sample_and_field(arrays_url: str) -> None:
+    fields = FieldsConfig(select={"caption": "txt"})
+    with (
+        Loader(arrays_url, batch_size=4, decode=DecodeConfig(fields=fields)) as loader,
+        pytest.raises(ValueError, match=r"'doc00(03|07|11)': no field 'caption' \(member 'txt'"),
+    ):
+        list(loader)
+
+
+def test_missing_skip_counts_and_lists_the_samples(arrays_url: str) -> None:
+    fields = FieldsConfig(select={"caption": "txt"}, missing="skip")
+    with Loader(arrays_url, batch_size=4, decode=DecodeConfig(fields=fields)) as loader:
+        keys = [k for batch in loader for k in batch["key"]]
+        skipped = loader.stats().skipped
+    assert sorted(k for k, _ in skipped) == ["doc0003", "doc0007", "doc0011"]
+    assert all("no field 'caption'" in reason for _, reason in skipped)
+    assert len(keys) == SAMPLES - 3
+
+
+def test_every_field_by_default_without_images(arrays_url: str) -> None:
+    with Loader(
+        arrays_url, batch_size=SAMPLES, decode=DecodeConfig(fields=FieldsConfig(missing="none"))
+    ) as loader:
+        (batch,) = list(loader)
+    assert sorted(batch) == ["cls", "index", "key", "label", "npy", "txt"]
+    np.testing.assert_array_equal(batch["cls"], [int(k[3:]) % 2 for k in batch["key"]])
+
+
+def test_a_transform_for_records_without_images_is_refused(arrays_url: str) -> None:
+    with pytest.raises(ValueError, match="a transform was given, but the samples have no image"):
+        Loader(arrays_url, batch_size=4, transform=CenterCrop(8))
+
+
+def test_a_whole_batch_skipped_warns_and_a_long_run_stops(
+    arrays_url: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from stoker.pipeline import batching
+
+    monkeypatch.setattr(batching, "MAX_SKIPPED_IN_A_ROW", 8)
+    fields = FieldsConfig(select={"missing": "wav"}, missing="skip")
+    with (
+        Loader(arrays_url, batch_size=4, decode=DecodeConfig(fields=fields)) as loader,
+        pytest.raises(StokerError, match=r"the last 8 samples all failed .* no field 'missing'"),
+    ):
+        list(loader)
+    assert "every sample of a batch of 4 was skipped" in caplog.text

@@ -65,8 +65,9 @@ def batch_sharding(devices: Sequence[jax.Device] | None = None) -> jax.sharding.
 def to_arrays(batch: Mapping[str, Any], sharding: jax.sharding.Sharding) -> dict[str, Any]:
     """The numpy arrays of a batch as global ``jax.Array`` s laid out by ``sharding``.
 
-    Each array is this process's rows of the global array (see
-    ``jax.make_array_from_process_local_data``); other values (keys) pass through.
+    Each numeric array is this process's rows of the global array (see
+    ``jax.make_array_from_process_local_data``); everything else stays on the host as it
+    is: keys, text, parsed JSON, ragged arrays (lists), arrays of strings.
 
     Raises:
         ValueError: Images that are not one array (give a fixed-size transform).
@@ -80,7 +81,9 @@ def to_arrays(batch: Mapping[str, Any], sharding: jax.sharding.Sharding) -> dict
     # jax leaves make_array_from_process_local_data unannotated.
     place: Any = jax.make_array_from_process_local_data
     return {
-        name: place(sharding, value) if isinstance(value, np.ndarray) else value
+        name: place(sharding, value)
+        if isinstance(value, np.ndarray) and value.dtype.kind in "biufc"
+        else value
         for name, value in batch.items()
     }
 
@@ -89,8 +92,10 @@ class JaxLoader:
     """Batches of ``jax.Array`` s for a JAX training loop.
 
     Batches are dicts like :class:`stoker.Loader`'s: ``image`` (``uint8`` ``(N, H, W, 3)``),
-    ``label`` and ``index`` (``int32`` unless ``jax_enable_x64`` is on), and ``key`` (a
-    list of this process's keys). ``state_dict`` counts the batches delivered, not the one
+    ``label`` and ``index`` (``int32`` unless ``jax_enable_x64`` is on), ``key`` (a
+    list of this process's keys), and every other field of the samples: numeric arrays as
+    ``jax.Array`` s sharded like the images, the rest (text, JSON, ragged arrays) on the
+    host, as :func:`to_arrays` says. ``state_dict`` counts the batches delivered, not the one
     already on its way to the devices.
 
     Args:

@@ -23,7 +23,11 @@ import numpy as np
 
 from stoker.core.metrics import Stage, Stages
 from stoker.errors import StokerError
-from stoker.pipeline.fields import MissingField, collate
+from stoker.format.reader import ShardDataset
+from stoker.format.spec import IMAGE_FIELD_NAMES
+from stoker.pipeline.config import DecodeConfig
+from stoker.pipeline.fields import FieldsConfig, MissingField, collate
+from stoker.pipeline.sources import Source, WindowSource
 from stoker.pipeline.workers import (
     DEFAULT_SAMPLE_BYTES,
     ProcessDecoder,
@@ -133,6 +137,44 @@ class BatchAssembler:
         self._workers_pid = os.getpid()  # the process whose threads (or processes) decode
         self._depth = 1  # batches decoding at once (start_workers says)
         self.arrays = BatchArrays(keep=4)
+
+    @classmethod
+    def for_source(
+        cls,
+        source: Source,
+        transform: Any,
+        *,
+        seed: int,
+        decode: DecodeConfig,
+        fields: FieldsConfig,
+        stages: Stages,
+        threads: int,
+    ) -> BatchAssembler:
+        """The assembler of a Loader's batches over ``source``: an image through
+        ``transform`` where the samples have one (see :func:`has_images`), every other
+        field as ``fields`` says.
+
+        Raises:
+            ValueError: A transform for samples without images.
+        """
+        image = transform is not None or has_images(source, fields)
+        if image and transform is not None and not has_images(source, FieldsConfig()):
+            raise ValueError(
+                f"{source.url}: a transform was given, but the samples have no image "
+                f"(fields {sorted(_field_counts(source) or {})}); leave transform=None"
+            )
+        decoder = SampleDecoder(transform, seed, decode.max_pixels, fields=fields, image=image)
+        return cls(
+            decoder,
+            stages=stages,
+            url=source.url,
+            extra_fields=source.extra_fields,
+            # A unit is one image, or a window of `size` frames.
+            unit_shape=(source.window.size,) if isinstance(source, WindowSource) else (),
+            threads=threads,
+            method=decode.method,
+            on_error=decode.on_error,
+        )
 
     def start_workers(self, *, batch_size: int, depth: int) -> None:
         """Start the thread pool unless running (worker processes start with the first
@@ -374,3 +416,26 @@ class BatchAssembler:
         if self._processes is not None:
             self._processes.close()
             self._processes = None
+
+
+def has_images(source: Source, fields: FieldsConfig) -> bool:
+    """Whether batches of ``source`` carry an ``image``: when ``fields`` names one, or, with
+    every field, when the index counts an image member (an unpacked folder, or an index
+    that does not count its members, has images)."""
+    chosen = fields.chosen()
+    if chosen is not None:
+        return "image" in chosen
+    counts = _field_counts(source)
+    return counts is None or any(name in counts for name in IMAGE_FIELD_NAMES)
+
+
+def _field_counts(source: Source) -> dict[str, int] | None:
+    """Member extensions of the source's datasets with their counts; None where a dataset
+    does not say (an unpacked image folder, an index without counts)."""
+    counts: dict[str, int] = {}
+    for dataset in source.datasets:
+        if not isinstance(dataset, ShardDataset) or not dataset.index.fields:
+            return None
+        for name, count in dataset.index.fields.items():
+            counts[name] = counts.get(name, 0) + count
+    return counts

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, TypedDict, TypeVar
 
 from stoker.core.checks import check_choice, check_instance, check_int, shown
 from stoker.format.reader import ShardDataset
 from stoker.format.spec import DEFAULT_MAX_PIXELS
 from stoker.pipeline.autotune import AutotuneConfig
+from stoker.pipeline.fields import FieldsConfig
 from stoker.pipeline.mixing import MixConfig
 from stoker.pipeline.order import OrderConfig
 from stoker.pipeline.transforms import PlannedTransform
@@ -56,12 +57,17 @@ class DecodeConfig:
             guard against decompression bombs.
         on_error: ``"raise"`` on an undecodable sample, or ``"skip"`` it (counted and
             listed in :meth:`stoker.Loader.stats`; its batch is one shorter).
+        fields: Which fields of a record the batches carry besides ``image``, how each is
+            decoded, and what a missing one does (:class:`~stoker.pipeline.fields.FieldsConfig`);
+            by default every member of every sample, decoded by its extension (``txt`` to
+            ``str``, ``json`` to objects, ``npy`` to arrays, the rest as ``bytes``).
     """
 
     threads: int | Literal["cpus", "auto"] = "cpus"
     method: Literal["thread", "process"] = "thread"
     max_pixels: int = DEFAULT_MAX_PIXELS
     on_error: Literal["raise", "skip"] = "raise"
+    fields: FieldsConfig = field(default_factory=FieldsConfig)
 
     def __post_init__(self) -> None:
         if self.threads not in ("cpus", "auto"):
@@ -69,6 +75,10 @@ class DecodeConfig:
         check_choice("method", self.method, ("thread", "process"))
         check_int("max_pixels", self.max_pixels, minimum=1)
         check_choice("on_error", self.on_error, ("raise", "skip"))
+        example = "FieldsConfig(select={'caption': 'txt'})"
+        check_instance("fields", self.fields, FieldsConfig, example)
+        if self.fields is None:
+            object.__setattr__(self, "fields", FieldsConfig())
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -174,11 +174,13 @@ class FieldsConfig:
     """Which fields a batch carries besides the transformed image, and how.
 
     Attributes:
-        fields: Batch name to the member extension it is read from, or a sequence of
+        select: Batch name to the member extension it is read from, or a sequence of
             alternatives (the first one the sample has): ``{"caption": "txt",
             "mask": ("seg.png", "png")}``. None (the default): every member of every
             sample, each under its extension (see :func:`batch_name`), except the image
-            the transform works on, which is ``image``.
+            the transform works on, which is ``image``. Naming ``image`` chooses the
+            members the transform reads (``{"image": ("png", "jpg")}``); a selection
+            without it carries no image unless the Loader has a transform.
         decoders: Decoders for extensions, over :data:`FIELD_DECODERS` (audio through your
             own callable, say). A decoder takes the member's bytes and raises ValueError on
             bytes it cannot decode.
@@ -192,7 +194,7 @@ class FieldsConfig:
             ``<name>_lengths``; without one they come as a list.
     """
 
-    fields: Mapping[str, str | Sequence[str]] | None = None
+    select: Mapping[str, str | Sequence[str]] | None = None
     decoders: Mapping[str, FieldDecoder] = field(default_factory=dict)
     transforms: Mapping[str, Callable[[Any], Any]] = field(default_factory=dict)
     missing: Literal["raise", "skip", "none"] = "raise"
@@ -202,18 +204,18 @@ class FieldsConfig:
         if self.missing not in ("raise", "skip", "none"):
             raise ValueError(f"missing must be 'raise', 'skip' or 'none', got {self.missing!r}")
         for label, mapping in (
-            ("fields", self.fields or {}),
+            ("select", self.select or {}),
             ("decoders", self.decoders),
             ("transforms", self.transforms),
             ("pad", self.pad),
         ):
             if not isinstance(mapping, Mapping):
                 raise TypeError(f"{label} must be a mapping, got {type(mapping).__name__}")
-        for name, source in (self.fields or {}).items():
+        for name, source in (self.select or {}).items():
             alternatives = (source,) if isinstance(source, str) else tuple(source)
             if not alternatives or not all(isinstance(a, str) and a for a in alternatives):
                 raise ValueError(
-                    f"fields[{name!r}] must be an extension or a sequence of extensions, "
+                    f"select[{name!r}] must be an extension or a sequence of extensions, "
                     f"got {source!r}"
                 )
         for label, mapping in (("decoders", self.decoders), ("transforms", self.transforms)):
@@ -232,11 +234,11 @@ class FieldsConfig:
 
     def chosen(self) -> dict[str, tuple[str, ...]] | None:
         """Batch name to the alternatives it is read from; None for every field."""
-        if self.fields is None:
+        if self.select is None:
             return None
         return {
             name: (source,) if isinstance(source, str) else tuple(source)
-            for name, source in self.fields.items()
+            for name, source in self.select.items()
         }
 
 

@@ -50,9 +50,8 @@ from stoker.pipeline.plan import (
     warn_if_small,
 )
 from stoker.pipeline.prefetch import FetchStream, Prefetcher
-from stoker.pipeline.sources import MixedSource, SourceLike, WindowSource, open_source
+from stoker.pipeline.sources import MixedSource, SourceLike, open_source
 from stoker.pipeline.stats import LoaderStats, ProgressLog, samples_per_epoch
-from stoker.pipeline.workers import SampleDecoder
 from stoker.pipeline.world import World
 
 logger = logging.getLogger(__name__)
@@ -165,18 +164,14 @@ class Loader:
         self._prefetcher = Prefetcher(
             self.source, stages=self.stages, memory_bytes=cache.memory_bytes, hold=hold
         )
-        self._batches = BatchAssembler(
-            SampleDecoder(transform, self.order_config.seed_value, decode.max_pixels),
+        self._batches = BatchAssembler.for_source(
+            self.source,
+            transform,
+            seed=self.order_config.seed_value,
+            decode=decode,
+            fields=decode.fields,
             stages=self.stages,
-            url=self.source.url,
-            extra_fields=self.source.extra_fields,
-            # A unit is one image, or a window of `size` frames.
-            unit_shape=(
-                (self.source.window.size,) if isinstance(self.source, WindowSource) else ()
-            ),
             threads=self.num_threads,
-            method=decode.method,
-            on_error=decode.on_error,
         )
         self.epoch = 0
         self._position = 0  # batches of this rank's epoch already delivered

@@ -98,11 +98,11 @@ class SampleDecoder:
     def __post_init__(self) -> None:
         object.__setattr__(self, "planned", isinstance(self.transform, PlannedTransform))
         chosen = self.fields.chosen()
-        names = IMAGE_FIELD_NAMES if chosen is None else chosen.get("image", ())
+        names = IMAGE_FIELD_NAMES if chosen is None else chosen.get("image", IMAGE_FIELD_NAMES)
         object.__setattr__(self, "image_names", tuple(names) if self.image else ())
         if chosen is not None and "image" in chosen:  # the image is not one of the others
             chosen.pop("image")
-            others = replace(self.fields, fields=chosen)
+            others = replace(self.fields, select=chosen)
         else:
             others = self.fields
         object.__setattr__(self, "others", others)
