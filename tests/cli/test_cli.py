@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -87,7 +88,7 @@ def test_failed_objects_are_each_named(tmp_path: Path) -> None:
         result.output
     )
     assert "failed: a/./b.txt" in result.output
-    assert "2 files failed" in result.output
+    assert "stoker: error: 2 of 3 files failed to download; rerun the same command" in result.output
     assert (tmp_path / "d" / "good.txt").read_bytes() == b"fine"
 
 
@@ -179,3 +180,23 @@ def test_pack_refuses_images_over_max_pixels(tmp_path: Path) -> None:
         cli, ["pack", str(tmp_path / "src"), str(tmp_path / "ok"), "--max-pixels", "1920"]
     )
     assert allowed.exit_code == 0, allowed.output
+
+
+def test_a_stopped_transfer_says_why_and_what_to_do(capsys: pytest.CaptureFixture[str]) -> None:
+    from stoker.cli.progress import BarProgress
+    from stoker.cli.transfer import _run_transfer
+    from stoker.errors import TransferError
+
+    def stops() -> Any:
+        raise TransferError(
+            "download stopped: no space left on device writing /d/big.bin (6291456 bytes); "
+            "3 of 61 files are complete in /d and no partial file is left; free some space, "
+            "then rerun to resume",
+            [],
+        )
+
+    with pytest.raises(SystemExit):
+        _run_transfer(stops, BarProgress("download", enabled=False), as_json=False)
+    err = capsys.readouterr().err
+    assert "stoker: error: download stopped: no space left on device writing /d/big.bin" in err
+    assert "free some space, then rerun to resume" in err

@@ -93,7 +93,10 @@ def _run_transfer(run: Callable[[], TransferReport], bar: BarProgress, as_json: 
     if failure is not None:
         for key, reason in failure.failures:
             click.echo(f"stoker: failed: {printable(key)}: {_first_line(reason)}", err=True)
-        fail(f"{len(failure.failures)} files failed; rerun the same command to retry them")
+        # The error's own headline: how many failed, or why the whole run stopped (a full
+        # disk says how many files are complete and what to do).
+        headline = _first_line(str(failure)).rstrip(":")
+        fail(headline if "rerun" in headline else f"{headline}; rerun the same command to retry")
         return
     _summary(report, as_json)
 
