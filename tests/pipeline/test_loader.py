@@ -38,6 +38,29 @@ def dataset_url(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(root / "ds")
 
 
+@pytest.fixture(scope="module")
+def records_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """103 records without images: a float32 array of 1-7 values, a caption and a class."""
+    root = tmp_path_factory.mktemp("records")
+    (root / "src").mkdir()
+    for i in range(103):
+        np.save(root / "src" / f"r{i:03d}.npy", np.arange(i % 7 + 1, dtype=np.float32))
+        (root / "src" / f"r{i:03d}.txt").write_text(f"record {i}")
+        (root / "src" / f"r{i:03d}.cls").write_text(str(i % 5))
+    pack(root / "src", root / "ds", config=PackConfig(samples_per_shard=10))
+    assert sorted(open_dataset(root / "ds").index.fields) == ["cls", "npy", "txt"]
+    return str(root / "ds")
+
+
+@pytest.fixture(params=["images", "records"])
+def any_url(request: pytest.FixtureRequest) -> tuple[str, Any]:
+    """The image dataset with a transform, or the records (no images, no transform): the
+    order, partition and resume guarantees hold for both."""
+    if request.param == "images":
+        return request.getfixturevalue("dataset_url"), RandomResizedCrop(8)
+    return request.getfixturevalue("records_url"), None
+
+
 def _keys(loader: Loader) -> list[str]:
     return [k for batch in loader for k in batch["key"]]
 
@@ -83,9 +106,15 @@ def test_each_sample_once_per_epoch_and_epochs_differ(dataset_url: str) -> None:
     order=st.sampled_from([SMALL_ORDER, WINDOWED]),
 )
 def test_ranks_and_workers_cover_the_epoch(
-    dataset_url: str, world: int, workers: int, drop_last: bool, batch: int, order: OrderConfig
+    any_url: tuple[str, Any],
+    world: int,
+    workers: int,
+    drop_last: bool,
+    batch: int,
+    order: OrderConfig,
 ) -> None:
-    dataset = open_dataset(dataset_url)
+    url, transform = any_url
+    dataset = open_dataset(url)
     per_rank = []
     for rank in range(world):
         keys: list[str] = []
@@ -93,7 +122,7 @@ def test_ranks_and_workers_cover_the_epoch(
             with Loader(
                 dataset,
                 batch_size=batch,
-                transform=RandomResizedCrop(8),
+                transform=transform,
                 drop_last=drop_last,
                 order=order,
                 world=World(rank=rank, world_size=world, worker=worker, num_workers=workers),
@@ -160,8 +189,9 @@ def test_batch_arrays_are_recycled_only_when_nobody_holds_them(dataset_url: str)
 
 
 @ORDERS
-def test_resume_equals_an_uninterrupted_run(dataset_url: str, order: OrderConfig) -> None:
-    kwargs = {"batch_size": 7, "transform": RandomResizedCrop(8), "order": order}
+def test_resume_equals_an_uninterrupted_run(any_url: tuple[str, Any], order: OrderConfig) -> None:
+    dataset_url, transform = any_url
+    kwargs = {"batch_size": 7, "transform": transform, "order": order}
     with Loader(dataset_url, **kwargs) as loader:
         loader.set_epoch(2)
         full = _keys(loader)
@@ -178,8 +208,9 @@ def test_resume_equals_an_uninterrupted_run(dataset_url: str, order: OrderConfig
 
 
 @ORDERS
-def test_resume_with_a_new_world_size(dataset_url: str, order: OrderConfig) -> None:
-    kwargs = {"batch_size": 5, "transform": RandomResizedCrop(8), "order": order}
+def test_resume_with_a_new_world_size(any_url: tuple[str, Any], order: OrderConfig) -> None:
+    dataset_url, transform = any_url
+    kwargs = {"batch_size": 5, "transform": transform, "order": order}
     seen: list[str] = []
     states = []
     for rank in range(2):
