@@ -15,6 +15,11 @@ Ranks come from ``torch.distributed`` when it is initialised. ``state_dict`` and
 state is a few integers and restores with any number of workers or threads.
 ``TorchLoader.stats()``, ``.trace()`` and ``.events()`` say what :class:`stoker.Loader`'s
 do, over every epoch and every worker process.
+
+Every field of a record reaches the batch (see :func:`to_tensors`): numeric arrays as
+tensors (images ``(N, H, W, 3)`` uint8, ``npy`` fields of one shape stacked, padded ones
+beside their ``<name>_lengths``), ragged arrays as a list of tensors, and captions, JSON
+objects and bytes as Python lists, one item per sample.
 """
 
 from __future__ import annotations
@@ -25,7 +30,6 @@ from collections.abc import Generator, Iterator, Mapping
 from dataclasses import replace
 from typing import Any, Unpack
 
-import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
@@ -37,6 +41,7 @@ from stoker.integrations.observe import (
     batched_by_a_dataloader,
     new_events,
 )
+from stoker.integrations.torch_tensors import each_tensor, to_tensors
 from stoker.pipeline.config import DecodeConfig, LoaderOptions
 from stoker.pipeline.loader import Loader
 from stoker.pipeline.plan import batches_per_epoch, resolve_order, resolve_seed, resume_point
@@ -52,12 +57,11 @@ def detect_world() -> tuple[int, int]:
     return 0, 1
 
 
-def to_tensors(batch: Mapping[str, Any]) -> dict[str, Any]:
-    """Numpy arrays of a batch as tensors (no copy); images stay ``(N, H, W, 3)`` uint8."""
-    return {
-        name: torch.from_numpy(value) if isinstance(value, np.ndarray) else value
-        for name, value in batch.items()
-    }
+def _as_delivered(item: Any) -> Any:
+    """A DataLoader ``collate_fn`` that hands a worker's batch over as the worker made it
+    (the default one would turn tuples and arrays in a field's objects into lists and tensors,
+    unlike ``num_workers=0``)."""
+    return item
 
 
 class StokerIterableDataset(IterableDataset[dict[str, Any]]):
@@ -207,8 +211,10 @@ class TorchLoader:
         batch_size: Samples per batch.
         num_workers: 0 runs stoker's threaded pipeline in this process (best for the
             built-in transforms); ``k > 0`` runs it in ``k`` DataLoader worker processes.
-        pin_memory: Pin batches in page-locked memory (for fast, asynchronous copies).
-        device: Move batches there; on CUDA the copy of batch ``i + 1`` overlaps step ``i``.
+        pin_memory: Pin the batches' tensors in page-locked memory (for fast, asynchronous
+            copies); lists of strings and other objects stay as they are.
+        device: Move the batches' tensors there (each tensor of a ragged field's list
+            too); on CUDA the copy of batch ``i + 1`` overlaps step ``i``.
         channels_last: Images as ``(N, 3, H, W)`` views instead of ``(N, H, W, 3)``.
         **options: :class:`stoker.Loader`'s settings (``transform``, ``seed``, ``order``,
             ``drop_last``, ``decode``, ``cache``, ``storage_options``, ...); ``world``
@@ -307,6 +313,7 @@ class TorchLoader:
             num_workers=self.num_workers,
             persistent_workers=False,
             multiprocessing_context="spawn",
+            collate_fn=_as_delivered,
         )
         resumed = time.perf_counter()
         for batch, state, report in loader:
@@ -318,17 +325,24 @@ class TorchLoader:
             self._record.stepped(now, resumed)
 
     def _prepare(self, batch: dict[str, Any]) -> dict[str, Any]:
+        """Pin and move the batch's tensors (those in a list too); the rest stays as it is."""
         out: dict[str, Any] = {}
         for name, value in batch.items():
             if isinstance(value, torch.Tensor):
                 if name == "image" and self.channels_last and value.ndim == 4:
                     value = value.permute(0, 3, 1, 2)
-                if self.pin_memory:
-                    value = value.pin_memory()
-                if self.device is not None:
-                    value = value.to(self.device, non_blocking=self.pin_memory)
+                value = self._placed(value)
+            elif isinstance(value, list):
+                value = [self._placed(v) if isinstance(v, torch.Tensor) else v for v in value]
             out[name] = value
         return out
+
+    def _placed(self, tensor: torch.Tensor) -> torch.Tensor:
+        if self.pin_memory:
+            tensor = tensor.pin_memory()
+        if self.device is not None:
+            tensor = tensor.to(self.device, non_blocking=self.pin_memory)
+        return tensor
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         self.close()
@@ -370,8 +384,8 @@ class TorchLoader:
         batch, state = upcoming
         torch.cuda.current_stream(self.device).wait_stream(stream)
         for value in batch.values():
-            if isinstance(value, torch.Tensor):
-                value.record_stream(torch.cuda.current_stream(self.device))
+            for tensor in each_tensor(value):
+                tensor.record_stream(torch.cuda.current_stream(self.device))
         self._state = state
         return batch
 
