@@ -197,6 +197,8 @@ def _tree(root: Path, names: list[str]) -> str:
         (["a/0001.npy", "a/0001.cls", "a/0002.npy", "cat/1.jpg"], "files"),
         (["README.md", "data/train-00000-of-00001.parquet"], "parquet"),
         (["train/shard-0.tar", "train/shard-1.tar"], "webdataset"),
+        # Tars that `stoker index` indexed in place: its index is not input.
+        (["pairs-0000.tar", "pairs-0001.tar", "index.json", "index.bin"], "webdataset"),
     ],
 )
 def test_guess_tells_image_folders_from_grouped_files(

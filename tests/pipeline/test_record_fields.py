@@ -12,6 +12,7 @@ import pytest
 from stoker import DecodeConfig, FieldsConfig
 from stoker.errors import StokerError
 from stoker.pack.indexer import index_webdataset
+from stoker.pack.packer import pack
 from stoker.pipeline.loader import Loader
 from stoker.pipeline.transforms import CenterCrop
 from stoker.testing.images import make_jpeg
@@ -66,7 +67,18 @@ def test_captions_and_json_reach_the_batch(captioned_url: str, method: str) -> N
         assert cls == expected["cls"]
 
 
-def test_json_fields_match_webdatasets_own_decoding(captioned_url: str) -> None:
+@pytest.fixture(scope="module")
+def captioned_packed_url(captioned_url: str, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The same tars packed by stoker (which shuffles them into its own shards)."""
+    out = tmp_path_factory.mktemp("captioned-packed") / "ds"
+    pack(sorted(Path(captioned_url).glob("*.tar"))[0].parent, out)
+    return str(out)
+
+
+@pytest.mark.parametrize("kind", ["indexed", "packed"])
+def test_every_field_matches_webdatasets_own_decoding(
+    captioned_url: str, captioned_packed_url: str, kind: str
+) -> None:
     from webdataset import autodecode, tariterators
 
     decode = autodecode.Decoder([autodecode.imagehandler("rgb8"), autodecode.basichandlers])
@@ -76,17 +88,18 @@ def test_json_fields_match_webdatasets_own_decoding(captioned_url: str) -> None:
             files = ({**f, "__url__": str(path)} for f in tariterators.tar_file_iterator(stream))
             for sample in tariterators.group_by_keys(files):
                 theirs[sample["__key__"]] = decode(sample)
-    with Loader(captioned_url, batch_size=4, transform=CenterCrop(16)) as loader:
-        ours = {
-            key: (text, meta)
-            for batch in loader
-            for key, text, meta in zip(batch["key"], batch["txt"], batch["json"], strict=True)
-        }
+    url = captioned_url if kind == "indexed" else captioned_packed_url
+    ours: dict[str, tuple[object, ...]] = {}
+    with Loader(url, batch_size=4) as loader:  # no transform: whole images
+        for batch in loader:
+            for n, key in enumerate(batch["key"]):
+                ours[key] = (batch["image"][n], batch["txt"][n], batch["json"][n])
     assert ours.keys() == theirs.keys()
-    for key, (text, meta) in ours.items():
+    for key, (image, text, meta) in ours.items():
         assert text == theirs[key]["txt"]
         assert meta == theirs[key]["json"]
         assert json.dumps(meta) == json.dumps(theirs[key]["json"])
+        np.testing.assert_array_equal(image, theirs[key]["jpg"])
 
 
 def _arrays(i: int) -> dict[str, object]:

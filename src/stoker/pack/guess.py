@@ -17,6 +17,7 @@ from stoker.errors import SourceError
 from stoker.format.foreign.grouped import is_document, split_name
 from stoker.format.foreign.imagefolder import IMAGE_EXTENSIONS
 from stoker.format.foreign.locations import is_remote
+from stoker.format.spec import ARRAYS_NAME, MANIFEST_NAME, PACK_STATE_DIR
 from stoker.storage import open_store
 
 #: Files a guess looks at: one listing page of a bucket.
@@ -26,6 +27,8 @@ _NEUTRAL = (".csv", ".tsv", ".jsonl", ".ndjson", ".md", ".rst", ".html", ".pdf")
 # Containers that other readers take whole, not as members of a sample.
 _CONTAINERS = (".tar", ".tfrecord", ".tfrecords", ".tfr", ".h5", ".hdf5", ".hdf", ".parquet")
 _IMAGE_SUFFIXES = tuple(ext.lstrip(".") for ext in IMAGE_EXTENSIONS)
+# stoker's own index beside tars it indexed in place (and a pack's state): not input.
+_STOKER_FILES = (MANIFEST_NAME, ARRAYS_NAME)
 
 LOOKED_FOR = (
     f"images ({', '.join(IMAGE_EXTENSIONS)}) in class folders or at the top (imagefolder); "
@@ -57,7 +60,14 @@ def folder_format(names: Sequence[str]) -> str | None:
     images alone: an image folder with a README or a labels list is still an image
     folder, and one whose images each have a caption file is grouped files.
     """
-    usable = [n for n in names if not is_document(n) and not n.lower().endswith(_NEUTRAL)]
+    usable = [
+        n
+        for n in names
+        if not is_document(n)
+        and not n.lower().endswith(_NEUTRAL)
+        and n not in _STOKER_FILES
+        and not n.startswith(f"{PACK_STATE_DIR}/")
+    ]
     if any(n.lower().endswith(".parquet") for n in usable):
         return "parquet"
     if usable and all(n.lower().endswith(".tar") for n in usable):
