@@ -25,6 +25,7 @@ from stoker.pipeline.order import assign
 from stoker.pipeline.plan import resolve_order
 from stoker.pipeline.quality import LabelMix, ReadCost, label_mix, read_cost
 from stoker.pipeline.sources import DatasetSource
+from stoker.profile.fields import DEFAULT_SUMMARY_SAMPLES, FieldSummary, summarise_fields
 
 
 @click.command("pack")
@@ -227,12 +228,26 @@ def pack_command(
 
 @click.command("inspect")
 @click.argument("url")
+@click.option(
+    "--field-samples",
+    type=click.IntRange(0),
+    default=DEFAULT_SUMMARY_SAMPLES,
+    show_default=True,
+    help="Decode the first N samples to summarise each field's values and sizes (0: none).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print everything as JSON.")
 @click.pass_context
 @handle_errors
-def inspect_command(ctx: click.Context, url: str, as_json: bool) -> None:
-    """Summarise a packed dataset: samples, classes, fields and shards (two GETs)."""
+def inspect_command(ctx: click.Context, url: str, field_samples: int, as_json: bool) -> None:
+    """Summarise a packed dataset: samples, fields, classes and shards.
+
+    Each field (member extension) is listed with how many samples have it, how the Loader
+    decodes it and under which batch name, its mean size and what the first samples hold
+    (str lengths, array dtypes and shapes, JSON keys). Two GETs for the index, one ranged
+    GET for the first samples.
+    """
     dataset = open_dataset(url, storage_options=_storage(ctx))
+    fields = summarise_fields(dataset, samples=field_samples)
     index = dataset.index
     counts: dict[int, int] = {}
     for label in index.label.tolist():
@@ -247,6 +262,7 @@ def inspect_command(ctx: click.Context, url: str, as_json: bool) -> None:
         "shards": len(dataset.shards),
         "bytes": total_bytes,
         "fields": index.fields,
+        "field_table": [f.to_dict() for f in fields],
         "classes": classes,
         "skipped": len(index.skipped),
         "packed_with": index.packed_with,
@@ -263,9 +279,10 @@ def inspect_command(ctx: click.Context, url: str, as_json: bool) -> None:
     console = Console()
     console.print(
         f"[bold]{dataset.url}[/]: {len(dataset):,} samples in {len(dataset.shards)} "
-        f"shards, {format_bytes(total_bytes)}; fields {index.fields}; "
-        f"{len(index.skipped)} inputs skipped at pack time"
+        f"shards, {format_bytes(total_bytes)}; {len(index.skipped)} inputs skipped at "
+        "pack time"
     )
+    console.print(_field_table(fields, read=min(field_samples, len(dataset))))
     table = Table("class", "samples")
     for name, count in classes.items():
         table.add_row(name, f"{count:,}")
@@ -292,6 +309,34 @@ def inspect_command(ctx: click.Context, url: str, as_json: bool) -> None:
     console.print(shards)
     if len(dataset.shards) > 50:
         console.print(f"... and {len(dataset.shards) - 50} more shards (--json lists all)")
+
+
+def _field_table(fields: list[FieldSummary], *, read: int) -> Table:
+    table = Table(
+        "field",
+        "samples",
+        "decoded as",
+        "in batch",
+        "mean size",
+        f"first {read} samples",
+        title="Fields",
+        title_justify="left",
+    )
+    for f in fields:
+        values = f.values
+        if f.failed:
+            values += f"; {f.failed} of {f.read} fail: {f.problem}"
+        elif f.read < read:
+            values += f" ({f.read} of {read} have it)"
+        table.add_row(
+            f.field,
+            "?" if f.samples is None else f"{f.samples:,}",
+            f.decoded_as,
+            f.batch_name,
+            "-" if f.mean_bytes is None else format_bytes(round(f.mean_bytes)),
+            values,
+        )
+    return table
 
 
 #: Batch size at which `stoker inspect` measures the default order's label mix.

@@ -15,6 +15,7 @@ from stoker.core.units import format_bytes
 from stoker.profile.doctor import MAX_STEP_S
 
 if TYPE_CHECKING:
+    from stoker.format.reader import ShardDataset
     from stoker.pipeline.loader import Loader
 
 
@@ -89,11 +90,11 @@ _with_loader_options = with_options(
 
 def _open_loader(
     ctx: click.Context,
-    url: str,
+    url: str | ShardDataset,
     *,
     batch_size: int,
     seed: int,
-    transform_kind: str,
+    transform_kind: str | None,
     size: int,
     threads: int | None = None,
     prefetch: int | None = None,
@@ -108,7 +109,7 @@ def _open_loader(
         url,
         batch_size=batch_size,
         seed=seed,
-        transform=_transform(transform_kind, size),
+        transform=_transform(transform_kind, size) if transform_kind else None,
         order=OrderConfig(block_size=block_size) if block_size is not None else None,
         decode=DecodeConfig(threads=threads or "cpus"),
         prefetch=prefetch or "auto",
@@ -144,17 +145,36 @@ def _order_model(loader: Loader) -> tuple[list[int], Any]:
 def show_command(
     ctx: click.Context, url: str, out: str, size: int, transform_kind: str, seed: int
 ) -> None:
-    """Write a 3x3 grid of decoded, transformed samples titled with their class names.
+    """Write a 3x3 grid of decoded, transformed samples titled with their class names, each
+    with its caption (a txt field) under it.
 
-    The quick visual check of a pipeline: are the crops sensible, the labels right?
+    The quick visual check of a pipeline: are the crops sensible, the labels right? A dataset
+    without images is shown as text instead: the fields of its first samples (captions,
+    array dtypes, shapes and first values, JSON), and no PNG is written.
 
     URL is a packed dataset, or a folder of class folders of images (a bucket prefix or a
     local directory) streamed as it is, one GET per image (`stoker pack` makes it faster).
     """
-    from stoker.profile.grid import save_sample_grid
+    from stoker.profile.grid import GRID_CELLS, open_for_show, save_sample_grid
 
+    source, images = open_for_show(url, storage_options=_storage(ctx))
+    if not isinstance(source, str) and not images:
+        from stoker.profile.fields import describe_samples
+
+        with _open_loader(
+            ctx, source, batch_size=GRID_CELLS, seed=seed, transform_kind=None, size=size
+        ) as loader:
+            samples = describe_samples(loader, GRID_CELLS)
+        fields = ", ".join(source.index.fields)
+        click.echo(
+            f"{url} has no images (fields {fields}): no grid written; the fields of "
+            f"{len(samples)} samples as the Loader's batches carry them:"
+        )
+        for lines in samples:
+            click.echo("\n".join(lines))
+        return
     with _open_loader(
-        ctx, url, batch_size=9, seed=seed, transform_kind=transform_kind, size=size
+        ctx, source, batch_size=GRID_CELLS, seed=seed, transform_kind=transform_kind, size=size
     ) as loader:
         path, shown = save_sample_grid(loader, out)
     click.echo(f"Wrote {path} ({shown} samples of {url}).")
