@@ -147,3 +147,6 @@ def test_read_cost_counts_the_reads_an_epoch_makes(
     cost = read_cost(dataset.index.length, source.shard_sizes, order=order, config=resolved)
     assert cost.requests == reads
     assert cost.epoch_bytes == int(dataset.index.length.sum())
+    # The window holds at most the epoch: a small dataset's window is all of it.
+    assert cost.window_groups == min(resolved.windows, order.groups)
+    assert cost.window_bytes <= cost.epoch_bytes

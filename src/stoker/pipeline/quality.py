@@ -219,10 +219,13 @@ def read_cost(
             breaks = np.flatnonzero((np.diff(ids) != 1) | (np.diff(shard_of[ids]) != 0)) + 1
             reads += [int(lengths[run].sum()) for run in np.split(ids, breaks)]
     group_bytes = config.group_samples * (float(lengths.mean()) if len(lengths) else 0.0)
+    # A window can hold no more groups than the epoch has (a small dataset's window is all
+    # of it): the default window counts groups of a 256 MB target.
+    window = min(config.windows, order.groups)
     return ReadCost(
         requests=len(reads),
         median_read_bytes=float(np.median(reads)) if reads else 0.0,
         epoch_bytes=int(lengths.sum()),
-        window_groups=config.windows,
-        window_bytes=config.windows * group_bytes,
+        window_groups=window,
+        window_bytes=min(window * group_bytes, float(lengths.sum())),
     )
