@@ -101,6 +101,15 @@ def test_an_endpoint_without_a_host_is_named_not_a_rust_panic(endpoint: str, pro
     assert "SECRET" not in result.output
 
 
+@pytest.mark.parametrize("variable", ["AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"])
+def test_an_endpoint_from_the_environment_is_checked_too(variable: str) -> None:
+    env = {"AWS_ACCESS_KEY_ID": "AK", "AWS_SECRET_ACCESS_KEY": "SK", variable: "http://"}
+    result = _run("ls", "s3://bucket/x", env=env)
+    assert result.exit_code == 1, result.output
+    assert f"got 'http://' (no host), from {variable}" in result.output
+    assert "panicked" not in result.output
+
+
 @pytest.mark.parametrize("pattern", ["[", "class_0[1", "[!", ""])
 def test_download_refuses_a_glob_that_cannot_match_as_written(
     images: Path, tmp_path: Path, pattern: str

@@ -27,7 +27,7 @@ from typing import Any
 
 from stoker.errors import CredentialsError
 from stoker.storage.native import native
-from stoker.storage.options import StorageOptions
+from stoker.storage.options import StorageOptions, check_endpoint_url
 from stoker.storage.url import StorageUrl
 
 DEFAULT_REGION = "us-east-1"
@@ -168,13 +168,25 @@ def build_s3(url: StorageUrl, options: StorageOptions) -> NativeConfig:
     else:
         source = "default chain (web identity, container or instance metadata)"
 
-    endpoint = (
-        options.endpoint_url
-        or _env("AWS_ENDPOINT_URL_S3")
-        or _env("AWS_ENDPOINT_URL")
-        or _s3_section_value(profile, "endpoint_url")
-        or (profile.values.get("endpoint_url") if profile else None)
+    endpoint, endpoint_from = next(
+        (
+            (value, where)
+            for value, where in (
+                (options.endpoint_url, "storage_options"),
+                (_env("AWS_ENDPOINT_URL_S3"), "AWS_ENDPOINT_URL_S3"),
+                (_env("AWS_ENDPOINT_URL"), "AWS_ENDPOINT_URL"),
+                (_s3_section_value(profile, "endpoint_url"), "the profile's s3 section"),
+                (profile.values.get("endpoint_url") if profile else None, "the profile"),
+            )
+            if value
+        ),
+        (None, ""),
     )
+    if endpoint:
+        try:  # obstore panics on some ("rust future panicked"): say which setting it is
+            check_endpoint_url(endpoint)
+        except ValueError as exc:
+            raise ValueError(f"{exc}, from {endpoint_from}") from None
     region = (
         options.region
         or _env("AWS_REGION")
