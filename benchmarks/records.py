@@ -1,0 +1,300 @@
+"""Records of any fields from a bucket into batches: stoker against WebDataset and numpy.
+
+Issue 23's benchmark. Two datasets of WebDataset tars written by ``webdataset.TarWriter``,
+uploaded to SeaweedFS behind the 20 ms / 1 Gbit/s proxy and indexed in place by stoker
+(``stoker index``: the tars stay as they are, so both loaders read the very same objects),
+and the same records packed by ``stoker.pack`` (every field, in a seeded random order):
+
+- pairs: image-caption-JSON records in the LAION / CC3M layout (``0001.jpg``,
+  ``0001.txt``, ``0001.json``): ~100 kB photos of 500x375 (set a of ``loader.py``, made
+  from scikit-image's sample photos), a caption of 8-30 words, a JSON object of metadata;
+- arrays: ``npy`` records of 10,000 float32 (40 kB) with a ``cls`` label.
+
+The methods, each cold (no cache), every field of every sample decoded:
+
+- stoker (pairs): the Loader on its defaults in its own process, ``RandomResizedCrop(224)``,
+  batches of 256 with ``image`` (uint8), ``txt`` (str), ``json`` (objects); its first batch
+  counted from the process's start; on the tars indexed in place and on the packed records
+  (whose random order needs no mixing window before the first batch);
+- WebDataset (pairs): the same tars over presigned HTTP URLs through the proxy,
+  ``shuffle(1000)``, PIL decode + the same crop and resize as ``loader.py``'s WebDataset
+  row, captions decoded from UTF-8, JSON parsed, ``batched(256)``, in a torch
+  DataLoader(num_workers=2); its first batch counted from ``iter()``;
+- numpy loop in RAM (arrays): the members already in memory, ``np.load`` of each from a
+  BytesIO, ``int`` of each label, ``np.stack`` of batches of 256, one thread: the limit;
+- stoker (arrays): the Loader, no transform, through the proxy, on the tars and on the
+  packed records; and on the tars without the proxy (SeaweedFS on loopback) and on local
+  disk, which show what it does when the link does not bound it.
+
+Every method runs ``--repeats`` times, interleaved (reversed every other round), and the
+table shows medians. Bytes and requests per epoch are the proxy's own counts against the
+bytes of what the method reads (the tars, or the packed shards). The output ends with issue
+23's acceptance checks, and the link's ceiling for each set: a loader that streams the
+data in its timed epoch cannot feed more samples/s.
+
+    pip install -e '.[bench]'
+    python benchmarks/records.py            # 8,000 pairs, 10,000 arrays, 3 rounds: ~6 min
+    python benchmarks/records.py --quick    # 1,500 pairs, 2,000 arrays, one round: a smoke run
+
+Writes benchmarks/out/records.json and benchmarks/out/records.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import platform
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import numpy as np
+import torch
+import webdataset as wds
+from torch.utils.data import DataLoader
+
+from loader import median_of
+from loader_baselines import boto, cpu_seconds, pil_transform, time_loader
+from loader_sets import BATCH
+from records_data import ARRAY_VALUES, BUCKET, OUT, RecordSet, in_ram_members, prepare
+from records_report import report
+from stoker.pipeline.transforms import PlannedTransform, RandomResizedCrop
+from stoker.testing.netproxy import LinkConfig, NetProxy
+from stoker.testing.seaweed import ACCESS_KEY, REGION, SECRET_KEY, SeaweedServer
+
+CHILD = Path(__file__).resolve().parent / "records_children.py"
+
+
+class WdsRecords:
+    """WebDataset's per-sample work on a pair: PIL decode, crop and resize (as
+    ``loader.py``'s WebDataset row), the caption as str, the JSON parsed."""
+
+    def __init__(self, transform: PlannedTransform) -> None:
+        self.transform = transform
+
+    def __call__(self, sample: dict[str, Any]) -> tuple[np.ndarray, str, Any]:
+        image = pil_transform(sample["jpg"], random.Random(sample["__key__"]), self.transform)
+        return image, sample["txt"].decode("utf-8"), json.loads(sample["json"])
+
+
+class Bench:
+    """The methods, against one server and proxy."""
+
+    def __init__(self, server: SeaweedServer, proxy: NetProxy, args: argparse.Namespace) -> None:
+        self.server, self.proxy, self.args = server, proxy, args
+        self.sets: dict[str, RecordSet] = {}
+        self.in_ram: list[tuple[bytes, bytes]] = []
+        self.transform = RandomResizedCrop(224)
+
+    def env(self, endpoint: str) -> dict[str, str]:
+        return {
+            **os.environ,
+            "AWS_ENDPOINT_URL": endpoint,
+            "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+            "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+            "AWS_REGION": REGION,
+            "AWS_DEFAULT_REGION": REGION,
+        }
+
+    def counted(self, records: RecordSet, run: Any, *, packed: bool = False) -> dict[str, Any]:
+        """Run one method; add what the proxy saw, per epoch, against the bytes it reads
+        (the tars, or with ``packed`` the packed shards)."""
+        before = self.proxy.stats()
+        result: dict[str, Any] = run()
+        after = self.proxy.stats()
+        scale = records.count / max(1, result["samples"])
+        result["epoch_scale"] = scale
+        result["bytes_per_epoch"] = (after.bytes_down - before.bytes_down) * scale
+        result["requests_per_epoch"] = (after.requests - before.requests) * scale
+        result["data_bytes"] = records.packed_bytes if packed else records.shard_bytes
+        return result
+
+    def child(self, url: str, transform: str, endpoint: str) -> dict[str, Any]:
+        """stoker in its own process; its first batch counted from the process's start."""
+        server_cpu, harness_cpu = cpu_seconds(self.server.pid), cpu_seconds(None)
+        started = time.time()
+        done = subprocess.run(
+            [sys.executable, str(CHILD), url, transform, "0"],
+            env=self.env(endpoint),
+            capture_output=True,
+            text=True,
+        )
+        wall = time.time() - started
+        if done.returncode:
+            raise RuntimeError(f"stoker failed on {url}:\n{done.stderr[-4000:]}")
+        result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+        result["first_batch_s"] = result.pop("first_batch_at") - started
+        result["import_s"] = result.pop("imported_at") - started
+        result["open_s"] = result.pop("opened_at") - started - result["import_s"]
+        result["server_cores"] = (cpu_seconds(self.server.pid) - server_cpu) / wall
+        result["proxy_cores"] = (cpu_seconds(None) - harness_cpu) / wall
+        return result
+
+    def pairs_stoker(self) -> dict[str, Any]:
+        pairs = self.sets["pairs"]
+        return self.counted(pairs, lambda: self.child(pairs.url, "crop", self.proxy.endpoint))
+
+    def pairs_stoker_packed(self) -> dict[str, Any]:
+        pairs = self.sets["pairs"]
+        return self.counted(
+            pairs, lambda: self.child(pairs.packed_url, "crop", self.proxy.endpoint), packed=True
+        )
+
+    def pairs_webdataset(self) -> dict[str, Any]:
+        pairs = self.sets["pairs"]
+        client = boto(self.proxy.endpoint)
+        urls = [
+            client.generate_presigned_url(
+                "get_object", Params={"Bucket": BUCKET, "Key": f"{pairs.key}/{p.name}"}
+            )
+            for p in sorted(pairs.local.glob("*.tar"))
+        ]
+        pipeline = (
+            wds.WebDataset(urls, shardshuffle=False, empty_check=False)
+            .shuffle(1000)
+            .map(WdsRecords(self.transform))
+            .batched(BATCH)
+        )
+        loader = DataLoader(
+            pipeline, batch_size=None, num_workers=2, multiprocessing_context="spawn"
+        )
+
+        def run() -> dict[str, Any]:
+            timed = time_loader(loader, pairs.count)
+            return {
+                "samples": timed["images"],
+                "seconds": timed["seconds"],
+                "samples_per_s": timed["images_per_s"],
+                "first_batch_s": timed["first_batch_s"],
+            }
+
+        return self.counted(pairs, run)
+
+    def arrays_limit(self) -> dict[str, Any]:
+        records = self.in_ram
+        started, cpu_started = time.perf_counter(), time.process_time()
+        for start in range(0, len(records), BATCH):
+            chunk = records[start : start + BATCH]
+            arrays = np.stack([np.load(io.BytesIO(npy)) for npy, _ in chunk])
+            labels = np.array([int(cls) for _, cls in chunk], dtype=np.int64)
+            if arrays.shape != (len(chunk), ARRAY_VALUES) or len(labels) != len(chunk):
+                raise RuntimeError(f"numpy loop: a batch of shape {arrays.shape}")
+        seconds = time.perf_counter() - started
+        return {
+            "samples": len(records),
+            "seconds": seconds,
+            "cpu_s": time.process_time() - cpu_started,
+            "samples_per_s": len(records) / seconds,
+        }
+
+    def arrays_stoker(self) -> dict[str, Any]:
+        arrays = self.sets["arrays"]
+        return self.counted(arrays, lambda: self.child(arrays.url, "none", self.proxy.endpoint))
+
+    def arrays_stoker_packed(self) -> dict[str, Any]:
+        arrays = self.sets["arrays"]
+        return self.counted(
+            arrays,
+            lambda: self.child(arrays.packed_url, "none", self.proxy.endpoint),
+            packed=True,
+        )
+
+    def arrays_stoker_loopback(self) -> dict[str, Any]:
+        arrays = self.sets["arrays"]
+        return self.child(arrays.url, "none", self.server.endpoint)
+
+    def arrays_stoker_local(self) -> dict[str, Any]:
+        return self.child(str(self.sets["arrays"].local), "none", self.proxy.endpoint)
+
+
+METHODS = {
+    "pairs": ["pairs_stoker", "pairs_stoker_packed", "pairs_webdataset"],
+    "arrays": [
+        "arrays_limit",
+        "arrays_stoker",
+        "arrays_stoker_packed",
+        "arrays_stoker_loopback",
+        "arrays_stoker_local",
+    ],
+}
+
+
+def run_rounds(bench: Bench, methods: list[str], repeats: int) -> dict[str, Any]:
+    runs: dict[str, list[dict[str, Any]]] = {m: [] for m in methods}
+    for round_ in range(repeats):
+        for method in methods if round_ % 2 == 0 else methods[::-1]:
+            result = getattr(bench, method)()
+            runs[method].append(result)
+            print(
+                f"round {round_ + 1}: {method} {result['samples_per_s']:,.0f} samples/s",
+                flush=True,
+            )
+    merged = {}
+    for method, method_runs in runs.items():
+        merged[method] = median_of(method_runs)
+        merged[method]["each_round"] = [r["samples_per_s"] for r in method_runs]
+    return merged
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--pairs", type=int, default=8000, help="image-caption-JSON records")
+    parser.add_argument("--arrays", type=int, default=10_000, help="npy records of 40 kB")
+    parser.add_argument("--parts", default="pairs,arrays")
+    parser.add_argument("--repeats", type=int, default=3, help="rounds, interleaved")
+    parser.add_argument("--rtt-ms", type=float, default=20.0)
+    parser.add_argument("--gbit", type=float, default=1.0, help="the proxy's link, Gbit/s")
+    parser.add_argument("--quick", action="store_true", help="1,500 pairs, 2,000 arrays, one round")
+    args = parser.parse_args()
+    if args.quick:
+        args.pairs, args.arrays, args.repeats = 1500, 2000, 1
+    parts = args.parts.split(",")
+    torch.set_num_threads(1)
+    OUT.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    results: dict[str, Any] = {
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "load_before": os.getloadavg(),
+        },
+        "args": vars(args),
+    }
+    with SeaweedServer() as server:
+        server.create_bucket(BUCKET)
+        link = LinkConfig(rtt_s=args.rtt_ms / 1000, bandwidth_bytes_s=args.gbit * 125e6)
+        with NetProxy("127.0.0.1", server.port, link=link) as proxy:
+            bench = Bench(server, proxy, args)
+            for part in parts:
+                bench.sets[part] = prepare(part, getattr(args, part), server)
+                results[part] = {
+                    "count": bench.sets[part].count,
+                    "shard_bytes": bench.sets[part].shard_bytes,
+                    "packed_bytes": bench.sets[part].packed_bytes,
+                }
+            if "arrays" in parts:
+                bench.in_ram = in_ram_members(bench.sets["arrays"].local)
+            methods = [m for part in parts for m in METHODS[part]]
+            for method, result in run_rounds(bench, methods, args.repeats).items():
+                results[method.partition("_")[0]][method] = result
+    results["machine"]["load_after"] = os.getloadavg()
+    results["seconds"] = time.perf_counter() - started
+    text, checks = report(results, args)
+    results["acceptance"] = checks
+    (OUT / "records.json").write_text(json.dumps(results, indent=2))
+    (OUT / "records.md").write_text(text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

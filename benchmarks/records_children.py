@@ -1,0 +1,90 @@
+"""stoker's Loader over records of any fields, in a process of its own, for ``records.py``.
+
+    python benchmarks/records_children.py URL TRANSFORM SAMPLES
+
+``TRANSFORM`` is ``crop`` (RandomResizedCrop(224)) or ``none``; ``SAMPLES`` 0 is one whole
+epoch. The Loader runs on its defaults, every field of every sample in the batch (images
+through the transform, ``txt`` as str, ``json`` parsed, ``npy`` stacked). It prints one JSON
+line: samples, seconds (from the first ``next()`` to the last batch), samples/s,
+``first_batch_at`` (``time.time()`` of the first batch: the parent subtracts the moment it
+started the process; ``imported_at`` and ``opened_at`` split it), the order's window and
+block sizes, peak RSS, CPU seconds, the fields of the first batch, what the loader
+counted of its own reads and its stage times. The store comes from the ``AWS_*`` variables.
+Only stoker is imported, so the first batch counts what a user's process would import.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from loader_children import _peak_rss_mb
+
+BATCH = 256
+SIZE = 224
+
+
+def _describe(value: Any) -> str:
+    if hasattr(value, "shape") and hasattr(value, "dtype"):
+        return f"{value.dtype}{list(value.shape)}"
+    if isinstance(value, list):
+        inner = type(value[0]).__name__ if value else "empty"
+        return f"list[{inner}]"
+    return type(value).__name__
+
+
+def run(url: str, transform_kind: str, samples: int) -> dict[str, Any]:
+    """One cold epoch (or ``samples`` of it) of the Loader on its defaults."""
+    from stoker.pipeline.loader import Loader
+    from stoker.pipeline.transforms import RandomResizedCrop
+
+    imported_at = time.time()
+    transform = RandomResizedCrop(SIZE) if transform_kind == "crop" else None
+    with Loader(url, batch_size=BATCH, transform=transform) as loader:
+        opened_at = time.time()
+        started, cpu_started = time.perf_counter(), time.process_time()
+        first_at, seen, fields = 0.0, 0, {}
+        for batch in loader:
+            if not seen:
+                first_at = time.time()
+                fields = {name: _describe(value) for name, value in batch.items()}
+            seen += len(batch["key"])
+            if samples and seen >= samples:
+                break
+        seconds = time.perf_counter() - started
+        cpu_s = time.process_time() - cpu_started
+        stats = loader.stats()
+    return {
+        "samples": seen,
+        "seconds": seconds,
+        "cpu_s": cpu_s,
+        "samples_per_s": seen / seconds,
+        "first_batch_at": first_at,
+        "imported_at": imported_at,
+        "opened_at": opened_at,
+        "window": loader.order_config.windows,
+        "block_size": loader.order_config.blocks,
+        "group_blocks": loader.order_config.groups,
+        "peak_rss_mb": _peak_rss_mb(),
+        "fields": fields,
+        "own_bytes_read": stats.requests.get("bytes.read", 0),
+        "own_gets": stats.requests.get("requests.get", 0),
+        "threads": stats.threads,
+        "prefetch": stats.prefetch,
+        "stages": {name: [t.seconds, t.calls] for name, t in stats.stages.items()},
+    }
+
+
+def main(argv: list[str]) -> int:
+    result = run(argv[0], argv[1], int(argv[2]))
+    print(json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
