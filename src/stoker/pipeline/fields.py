@@ -1,12 +1,11 @@
-"""Fields of any record: decoders by extension, which fields a batch carries, collation.
+"""Fields of any record: which fields a batch carries, decoded, and collation.
 
 A sample is its members keyed by extension, as WebDataset names them (``jpg``, ``txt``,
-``json``, ``npy``, ``cls``, ``seg.png``, ...). Each member is decoded by the table
-:data:`FIELD_DECODERS`, looked up by its whole extension first and then by its last part
-(``seg.png`` is a PNG): text to ``str``, JSON to Python objects, class numbers to ``int``,
-``npy`` to a numpy array (its header checked, never with pickle), images to arrays.
-Anything else, pickle-like members (``pyd``, ``pickle``, ``pth``) included, stays ``bytes``:
-stored data is never unpickled.
+``json``, ``npy``, ``cls``, ``seg.png``, ...), each decoded by the table of
+:mod:`stoker.format.records` (re-exported here: :data:`FIELD_DECODERS`,
+:func:`decoder_for` and the decoders): text to ``str``, JSON to Python objects, class
+numbers to ``int``, ``npy`` to a numpy array (its header checked, never with pickle),
+images to arrays; anything else, pickle-like members included, stays ``bytes``.
 
 The image a transform works on keeps its own fast path (a crop planned before decoding,
 straight into the batch array; see :mod:`stoker.pipeline.decode`): :class:`FieldsConfig`
@@ -16,151 +15,45 @@ sample lacks one. :func:`collate` then makes one batch value of each field's val
 
 from __future__ import annotations
 
-import io
-import json
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
-from PIL import Image
 
-from stoker.format.imaging import PILLOW_ERRORS, pillow_problem
-from stoker.format.spec import DEFAULT_MAX_PIXELS
+from stoker.format.records import (
+    FIELD_DECODERS,
+    FieldDecoder,
+    decode_image,
+    decode_int,
+    decode_json,
+    decode_npy,
+    decode_text,
+    decoder_for,
+    keep_bytes,
+)
 
-#: Decodes one member's bytes; raises ValueError on bytes it cannot decode.
-FieldDecoder = Callable[[bytes], Any]
+__all__ = [
+    "FIELD_DECODERS",
+    "RESERVED_NAMES",
+    "FieldDecoder",
+    "FieldsConfig",
+    "MissingField",
+    "batch_name",
+    "collate",
+    "decode_fields",
+    "decode_image",
+    "decode_int",
+    "decode_json",
+    "decode_npy",
+    "decode_text",
+    "decoder_for",
+    "keep_bytes",
+]
 
 #: Batch names the loader itself fills; a member with one of these extensions comes under
 #: ``<name>_member`` instead (:func:`batch_name`).
 RESERVED_NAMES = ("image", "index", "key", "label")
-
-#: Largest ``npy`` header the decoder reads (numpy's own limit for untrusted files).
-_MAX_NPY_HEADER = 10_000
-
-
-def decode_text(data: bytes) -> str:
-    """UTF-8 text (a caption, a transcript)."""
-    try:
-        return bytes(data).decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"not UTF-8 text: {exc.reason} at byte {exc.start}") from None
-
-
-def decode_json(data: bytes) -> Any:
-    """A JSON document (UTF-8)."""
-    try:
-        return json.loads(decode_text(data))
-    except json.JSONDecodeError as exc:
-        raise ValueError(
-            f"invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
-        ) from None
-
-
-def decode_int(data: bytes) -> int:
-    """A class number or other integer written as ASCII text (``b"7"``, ``b" 7\\n"``)."""
-    text = bytes(data).strip()
-    if not text or len(text) > 40:
-        raise ValueError(f"not an integer: {bytes(data)[:40]!r}")
-    try:
-        return int(text.decode("ascii"))
-    except (UnicodeDecodeError, ValueError):
-        raise ValueError(f"not an integer: {bytes(data)[:40]!r}") from None
-
-
-def decode_npy(data: bytes) -> np.ndarray | bytes:
-    """A numpy ``.npy`` array, its header checked against its length; never with pickle:
-    an array of Python objects (which only unpickling could load) stays ``bytes``.
-
-    Raises:
-        ValueError: Not an ``npy`` file, or a length that is not what the header's shape
-            and dtype say (a truncated file).
-    """
-    buffer = io.BytesIO(data)
-    try:
-        version = np.lib.format.read_magic(buffer)
-        if version == (1, 0):
-            shape, fortran, dtype = np.lib.format.read_array_header_1_0(
-                buffer, max_header_size=_MAX_NPY_HEADER
-            )
-        elif version in ((2, 0), (3, 0)):
-            shape, fortran, dtype = np.lib.format.read_array_header_2_0(
-                buffer, max_header_size=_MAX_NPY_HEADER
-            )
-        else:
-            raise ValueError(f"npy version {version} is not supported")
-    except (ValueError, SyntaxError, TypeError) as exc:
-        raise ValueError(f"not an npy array: {exc}") from None
-    if dtype.hasobject:
-        return bytes(data)
-    count = math.prod(shape)
-    start = buffer.tell()
-    needed = count * dtype.itemsize
-    if len(data) - start != needed:
-        raise ValueError(
-            f"npy array of shape {shape} and dtype {dtype} needs {needed} bytes of data, "
-            f"has {len(data) - start}"
-        )
-    array = np.frombuffer(data, dtype=dtype, count=count, offset=start)
-    array = array.reshape(shape, order="F" if fortran else "C")
-    return array.copy() if not array.flags.writeable else array
-
-
-def decode_image(data: bytes) -> np.ndarray:
-    """An image other than the transformed one (a segmentation mask, a depth map), as an
-    array in its own mode: grey, palette indices and 16-bit or float planes as ``(H, W)``,
-    RGBA as ``(H, W, 4)``, anything else as ``(H, W, 3)`` RGB.
-
-    Raises:
-        ValueError: Not an image Pillow reads, or more pixels than
-            :data:`~stoker.format.spec.DEFAULT_MAX_PIXELS` (checked before decoding).
-    """
-    try:
-        with Image.open(io.BytesIO(data)) as image:
-            if image.width * image.height > DEFAULT_MAX_PIXELS:
-                raise ValueError(
-                    f"{image.width}x{image.height} image is over {DEFAULT_MAX_PIXELS:,} pixels"
-                )
-            if image.mode in ("L", "P", "I", "I;16", "F", "RGB", "RGBA"):
-                return np.asarray(image)
-            return np.asarray(image.convert("L" if image.mode == "1" else "RGB"))
-    except PILLOW_ERRORS as exc:
-        raise ValueError(f"not an image Pillow can decode: {pillow_problem(data, exc)}") from None
-
-
-def keep_bytes(data: bytes) -> bytes:
-    """The member's bytes, unchanged."""
-    return bytes(data)
-
-
-#: Decoders by extension; extensions not named here stay ``bytes``. Pickle-like members
-#: (``pyd``, ``pickle``, ``pth``) are deliberately absent: they stay bytes.
-FIELD_DECODERS: dict[str, FieldDecoder] = {
-    **dict.fromkeys(("txt", "text", "transcript", "caption"), decode_text),
-    **dict.fromkeys(("json", "jsn"), decode_json),
-    **dict.fromkeys(
-        ("cls", "cls2", "class", "count", "idx", "index", "inx", "id", "label"), decode_int
-    ),
-    "npy": decode_npy,
-    **dict.fromkeys(
-        ("jpg", "jpeg", "png", "webp", "bmp", "tiff", "tif", "gif", "ppm", "pgm"), decode_image
-    ),
-}
-
-
-def decoder_for(
-    extension: str, registered: Mapping[str, FieldDecoder] | None = None
-) -> FieldDecoder:
-    """The decoder of a member's ``extension``: the user's ``registered`` one or the table's,
-    by whole extension, then by its last part (``seg.png`` -> ``png``); else :func:`keep_bytes`."""
-    ext = extension.lower()
-    last = ext.rpartition(".")[2]
-    for table in (registered or {}, FIELD_DECODERS):
-        for name in (ext, last):
-            if name in table:
-                return table[name]
-    return keep_bytes
 
 
 def batch_name(extension: str) -> str:
