@@ -38,6 +38,7 @@ from stoker.format.spec import (
     shard_name,
 )
 from stoker.format.writer import SampleRecord, ShardRecord, ShardWriter
+from stoker.pack.fieldcheck import check_field
 from stoker.pack.plan import plan_shards
 from stoker.pack.reencode import ImagePolicy, process_image
 from stoker.pack.resume import check_shards_present, resume_state
@@ -60,7 +61,10 @@ class PackConfig:
     Attributes:
         max_shard_bytes: Target shard size, cut by input bytes.
         samples_per_shard: Cut by sample count instead.
-        images: Checking, resizing and re-encoding of images.
+        images: Checking, resizing and re-encoding of images. Its ``check`` also says
+            whether the other members are checked as training will decode them (``npy``
+            headers and sizes, JSON, UTF-8 text, integer ``cls``; see
+            :mod:`stoker.pack.fieldcheck`).
         shuffle_seed: Pack the samples in the random order of this seed (recorded in the
             index), so that every read group, and so every batch, mixes classes whatever the
             order the input lists them in (class folders are sorted). None keeps the input's
@@ -174,7 +178,8 @@ def _record_from_json(data: bytes) -> tuple[ShardRecord, list[dict[str, str]], d
 
 def _prepare(sample: Sample, policy: ImagePolicy, where: str) -> Sample:
     """Normalise the sample's extensions (``jpeg`` -> ``jpg``: the names the shard will
-    have), then check and re-encode its images."""
+    have), check and re-encode its images, and check its other members as training will
+    decode them (:mod:`stoker.pack.fieldcheck`)."""
     fields: dict[str, bytes] = {}
     named = [(normalise_extension(ext), data) for ext, data in sample.fields.items()]
     names = [ext for ext, _ in named]
@@ -188,6 +193,7 @@ def _prepare(sample: Sample, policy: ImagePolicy, where: str) -> Sample:
             new_ext, data = process_image(data, ext, policy, where=where)
             fields[new_ext] = data
         else:
+            check_field(ext, data, key=sample.key, where=where, policy=policy)
             fields[ext] = data
     return Sample(key=sample.key, fields=fields, label=sample.label)
 
