@@ -18,15 +18,13 @@ import builtins
 import hashlib
 import json
 import zlib
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
-from stoker.core.metrics import Counters
 from stoker.errors import SourceError
-from stoker.storage.base import Listing, ObjectMeta, PutData, Store
+from stoker.storage.base import Store
 from stoker.storage.blocking import BlockingForms
 from stoker.storage.cache import DiskCache
-from stoker.storage.engine import IOEngine
-from stoker.storage.options import StorageOptions
+from stoker.storage.wrapper import StoreWrapper
 
 _LISTING_VERSION = 2  # 2: keys no request can name are left out (issue 22.10)
 
@@ -51,7 +49,7 @@ def changed_object_error(
     )
 
 
-class ListedStore(BlockingForms):
+class ListedStore(StoreWrapper, BlockingForms):
     """A store whose reads of listed objects are checked against the listed sizes.
 
     A ranged read of a whole listed object (``[0, size)``, what the disk cache asks for
@@ -69,24 +67,8 @@ class ListedStore(BlockingForms):
         self._sizes = dict(sizes)
 
     @property
-    def url(self) -> str:
-        return self.inner.url
-
-    @property
-    def counters(self) -> Counters:
-        return self.inner.counters
-
-    @property
-    def engine(self) -> IOEngine:
-        return self.inner.engine
-
-    @property
     def cache(self) -> DiskCache | None:
         return self.inner.cache
-
-    @property
-    def options(self) -> StorageOptions:
-        return self.inner.options
 
     def __repr__(self) -> str:
         return f"ListedStore({self.inner!r}, objects={len(self._sizes)})"
@@ -121,24 +103,6 @@ class ListedStore(BlockingForms):
                 )
             )
         )
-
-    async def get_async(self, path: str) -> memoryview:
-        return await self.inner.get_async(path)
-
-    async def head_async(self, path: str) -> ObjectMeta:
-        return await self.inner.head_async(path)
-
-    def list_async(self, prefix: str = "") -> AsyncIterator[builtins.list[ObjectMeta]]:
-        return self.inner.list_async(prefix)
-
-    async def list_dir_async(self, prefix: str = "") -> Listing:
-        return await self.inner.list_dir_async(prefix)
-
-    async def put_async(self, path: str, data: PutData) -> ObjectMeta:
-        return await self.inner.put_async(path, data)
-
-    async def delete_async(self, path: str) -> None:
-        await self.inner.delete_async(path)
 
 
 def listing_key(store: Store) -> str:

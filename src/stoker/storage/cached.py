@@ -10,20 +10,18 @@ from __future__ import annotations
 import asyncio
 import builtins
 import threading
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
-from stoker.core.metrics import Counters
-from stoker.storage.base import Listing, ObjectMeta, PutData, Store, check_range, check_ranges
+from stoker.storage.base import ObjectMeta, PutData, Store, check_range, check_ranges
 from stoker.storage.blocking import BlockingForms
 from stoker.storage.cache import DiskCache
-from stoker.storage.engine import IOEngine
-from stoker.storage.options import StorageOptions
+from stoker.storage.wrapper import StoreWrapper
 
 #: A page's bytes: from the disk cache, or a view into the ranged read that fetched it.
 Page = bytes | memoryview
 
 
-class CachedStore(BlockingForms):
+class CachedStore(StoreWrapper, BlockingForms):
     """A Store whose ranged reads go through a :class:`DiskCache`, in aligned pages.
 
     An object is cut into pages of ``page_bytes`` at fixed offsets; a ranged read takes the
@@ -60,22 +58,6 @@ class CachedStore(BlockingForms):
         self._objects: dict[str, tuple[str, int]] = dict(objects or {})
         self._lock = threading.Lock()
         self._in_flight: dict[str, asyncio.Future[Page]] = {}
-
-    @property
-    def url(self) -> str:
-        return self.inner.url
-
-    @property
-    def counters(self) -> Counters:
-        return self.inner.counters
-
-    @property
-    def engine(self) -> IOEngine:
-        return self.inner.engine
-
-    @property
-    def options(self) -> StorageOptions:
-        return self.inner.options
 
     def __repr__(self) -> str:
         return f"CachedStore({self.inner!r}, {self.cache!r}, page_bytes={self.page_bytes})"
@@ -212,27 +194,15 @@ class CachedStore(BlockingForms):
             )
         )
 
-    # -- everything else goes straight through -----------------------------------------------
-
-    async def get_async(self, path: str) -> memoryview:
-        return await self.inner.get_async(path)
-
-    async def head_async(self, path: str) -> ObjectMeta:
-        return await self.inner.head_async(path)
-
-    def list_async(self, prefix: str = "") -> AsyncIterator[builtins.list[ObjectMeta]]:
-        return self.inner.list_async(prefix)
-
-    async def list_dir_async(self, prefix: str = "") -> Listing:
-        return await self.inner.list_dir_async(prefix)
+    # -- writes forget what the cache knew of the object ---------------------------------------
 
     async def put_async(self, path: str, data: PutData) -> ObjectMeta:
         self._forget(path)
-        return await self.inner.put_async(path, data)
+        return await super().put_async(path, data)
 
     async def delete_async(self, path: str) -> None:
         self._forget(path)
-        await self.inner.delete_async(path)
+        await super().delete_async(path)
 
 
 def cache_reads(

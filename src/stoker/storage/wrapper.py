@@ -1,0 +1,66 @@
+"""StoreWrapper: the pass-through half of a store that wraps another.
+
+A wrapper (the disk cache's :class:`~stoker.storage.cached.CachedStore`, a folder
+listing's checks) changes a few of a store's methods; everything else goes straight to the
+store it wraps. This base holds that "everything else" once.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import AsyncIterator, Sequence
+
+from stoker.core.metrics import Counters
+from stoker.storage.base import Listing, ObjectMeta, PutData, Store
+from stoker.storage.engine import IOEngine
+from stoker.storage.options import StorageOptions
+
+
+class StoreWrapper:
+    """Passes every request of the :class:`~stoker.storage.base.Store` protocol to
+    ``self.inner``, which the subclass sets; it overrides what it changes. Used beside
+    :class:`~stoker.storage.blocking.BlockingForms`, which derives the blocking forms."""
+
+    inner: Store
+
+    @property
+    def url(self) -> str:
+        return self.inner.url
+
+    @property
+    def counters(self) -> Counters:
+        return self.inner.counters
+
+    @property
+    def engine(self) -> IOEngine:
+        return self.inner.engine
+
+    @property
+    def options(self) -> StorageOptions:
+        return self.inner.options
+
+    async def get_async(self, path: str) -> memoryview:
+        return await self.inner.get_async(path)
+
+    async def get_range_async(self, path: str, *, start: int, end: int) -> memoryview:
+        return await self.inner.get_range_async(path, start=start, end=end)
+
+    async def get_ranges_async(
+        self, path: str, *, starts: Sequence[int], ends: Sequence[int]
+    ) -> builtins.list[memoryview]:
+        return await self.inner.get_ranges_async(path, starts=starts, ends=ends)
+
+    async def head_async(self, path: str) -> ObjectMeta:
+        return await self.inner.head_async(path)
+
+    def list_async(self, prefix: str = "") -> AsyncIterator[builtins.list[ObjectMeta]]:
+        return self.inner.list_async(prefix)
+
+    async def list_dir_async(self, prefix: str = "") -> Listing:
+        return await self.inner.list_dir_async(prefix)
+
+    async def put_async(self, path: str, data: PutData) -> ObjectMeta:
+        return await self.inner.put_async(path, data)
+
+    async def delete_async(self, path: str) -> None:
+        await self.inner.delete_async(path)
