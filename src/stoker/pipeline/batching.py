@@ -151,18 +151,22 @@ class BatchAssembler:
         threads: int,
     ) -> BatchAssembler:
         """The assembler of a Loader's batches over ``source``: an image through
-        ``transform`` where the samples have one (see :func:`has_images`), every other
+        ``transform`` where the samples have one (:func:`stores_images`), every other
         field as ``fields`` says.
 
         Raises:
             ValueError: A transform for samples without images.
         """
-        image = transform is not None or has_images(source, fields)
-        if image and transform is not None and not has_images(source, FieldsConfig()):
+        stored = stores_images(source)
+        if transform is not None and not stored:
             raise ValueError(
                 f"{source.url}: a transform was given, but the samples have no image "
                 f"(fields {sorted(_field_counts(source) or {})}); leave transform=None"
             )
+        # An image where the samples have one, unless a selection leaves it out (a
+        # transform asks for it).
+        chosen = fields.chosen()
+        image = transform is not None or (stored if chosen is None else "image" in chosen)
         decoder = SampleDecoder(transform, seed, decode.max_pixels, fields=fields, image=image)
         return cls(
             decoder,
@@ -418,13 +422,9 @@ class BatchAssembler:
             self._processes = None
 
 
-def has_images(source: Source, fields: FieldsConfig) -> bool:
-    """Whether batches of ``source`` carry an ``image``: when ``fields`` names one, or, with
-    every field, when the index counts an image member (an unpacked folder, or an index
-    that does not count its members, has images)."""
-    chosen = fields.chosen()
-    if chosen is not None:
-        return "image" in chosen
+def stores_images(source: Source) -> bool:
+    """Whether the samples of ``source`` have an image: its index counts an image member,
+    or does not count its members (an unpacked image folder, an older index)."""
     counts = _field_counts(source)
     return counts is None or any(name in counts for name in IMAGE_FIELD_NAMES)
 

@@ -13,8 +13,7 @@ from PIL import Image, ImageDraw, ImageFont
 
 from stoker.errors import BucketNotFoundError
 from stoker.format.reader import ShardDataset, open_dataset
-from stoker.pipeline.batching import has_images
-from stoker.pipeline.fields import FieldsConfig
+from stoker.pipeline.batching import stores_images
 from stoker.pipeline.loader import Loader
 from stoker.pipeline.sources import DatasetSource
 
@@ -47,7 +46,7 @@ def open_for_show(
         raise
     except FileNotFoundError:
         return url, True
-    return dataset, has_images(DatasetSource(dataset), FieldsConfig())
+    return dataset, stores_images(DatasetSource(dataset))
 
 
 def sample_grid(
