@@ -41,18 +41,24 @@ def _row(name: str, r: dict[str, Any], method: str) -> str:
         f"{stoker / rate:.2f}x" if stoker else "",
         "" if first is None else f"{first:.2f}",
     ]
+    cells += epoch_cells(row, row["images"], cpu_digits=2)
+    return "| " + " | ".join(cells) + " |"
+
+
+def epoch_cells(row: dict[str, Any], items: int, *, cpu_digits: int) -> list[str]:
+    """A method's MB, data multiple and requests per epoch (``~`` where scaled up from part
+    of one), its peak RSS MB and CPU ms per item: empty cells where it has none."""
+    cells = ["", "", ""]
     if "bytes_per_epoch" in row:
         approx = "~" if row["epoch_scale"] != 1.0 else ""
-        cells += [
+        cells = [
             f"{approx}{row['bytes_per_epoch'] / 1e6:,.1f}",
             f"{approx}{row['bytes_per_epoch'] / row['data_bytes']:.3f}x",
             f"{approx}{row['requests_per_epoch']:,.0f}",
         ]
-    else:
-        cells += ["", "", ""]
     cells.append(f"{row['peak_rss_mb']:,.0f}" if "peak_rss_mb" in row else "")
-    cells.append(f"{row['cpu_s'] / row['images'] * 1e3:.2f}" if "cpu_s" in row else "")
-    return "| " + " | ".join(cells) + " |"
+    cpu = f"{row['cpu_s'] / items * 1e3:.{cpu_digits}f}" if "cpu_s" in row else ""
+    return [*cells, cpu]
 
 
 def link_rate(args: argparse.Namespace) -> float:

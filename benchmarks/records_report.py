@@ -6,6 +6,8 @@ import argparse
 import os
 from typing import Any
 
+from loader_report import epoch_cells
+
 NAMES = {
     "pairs_stoker": "stoker on the tars indexed in place, RandomResizedCrop(224), every field",
     "pairs_stoker_packed": "stoker on the records packed, RandomResizedCrop(224), every field",
@@ -39,17 +41,7 @@ def _row(part: str, r: dict[str, Any], method: str) -> str:
         f"{rate / baseline:.2f}x" if baseline else "",
         "" if first is None else f"{first:.2f}",
     ]
-    if "bytes_per_epoch" in row:
-        approx = "~" if row["epoch_scale"] != 1.0 else ""
-        cells += [
-            f"{approx}{row['bytes_per_epoch'] / 1e6:,.1f}",
-            f"{approx}{row['bytes_per_epoch'] / row['data_bytes']:.3f}x",
-            f"{approx}{row['requests_per_epoch']:,.0f}",
-        ]
-    else:
-        cells += ["", "", ""]
-    cells.append(f"{row['peak_rss_mb']:,.0f}" if "peak_rss_mb" in row else "")
-    cells.append(f"{row['cpu_s'] / row['samples'] * 1e3:.3f}" if "cpu_s" in row else "")
+    cells += epoch_cells(row, row["samples"], cpu_digits=3)
     return "| " + " | ".join(cells) + " |"
 
 
