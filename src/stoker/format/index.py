@@ -28,6 +28,7 @@ from stoker.format.spec import (
     MANIFEST_NAME,
 )
 from stoker.format.tar import check_member_name
+from stoker.format.tokens import TokenLayout, document_starts
 from stoker.format.writer import ShardRecord
 from stoker.storage.base import Store
 
@@ -82,6 +83,8 @@ class DatasetIndex:
         edited: Manifest entries whose checksum (``sections_sha256``) no longer matches,
             so edited after the index was written (``class_names`` renamed by hand); empty
             if all match, None for an index written before manifests carried checksums.
+        tokens: For a token dataset (:mod:`stoker.format.tokens`), how its shards hold the
+            token stream; its samples are then documents. None for any other dataset.
     """
 
     shards: list[ShardEntry]
@@ -96,6 +99,7 @@ class DatasetIndex:
     packed_with: dict[str, Any] = field(default_factory=dict)
     skipped: list[dict[str, str]] = field(default_factory=list)
     edited: list[str] | None = None
+    tokens: TokenLayout | None = None
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -159,6 +163,8 @@ class DatasetIndex:
             "packed_with": self.packed_with,
             "skipped": self.skipped,
         }
+        if self.tokens is not None:
+            manifest["tokens"] = self.tokens.to_json()
         manifest[CHECKSUMS_KEY] = section_checksums(manifest)
         return manifest
 
@@ -261,6 +267,11 @@ def read_index(store: Store, *, max_manifest_bytes: int = MAX_MANIFEST_BYTES) ->
             raise ValueError("fields: not a mapping of extensions to counts")
         if not all(isinstance(entry, dict) for entry in skipped):
             raise ValueError("skipped: not a list of objects")
+        tokens = (
+            TokenLayout.from_json(manifest["tokens"], shards=len(shards))
+            if "tokens" in manifest
+            else None
+        )
     except ValueError as exc:
         raise ShardFormatError(f"{where}: {exc}") from None
     arrays_where = f"{store.url}/{arrays_name}"
@@ -280,6 +291,7 @@ def read_index(store: Store, *, max_manifest_bytes: int = MAX_MANIFEST_BYTES) ->
     index.packed_with = dict(packed_with)
     index.skipped = list(skipped)
     index.edited = _edited_sections(manifest)
+    index.tokens = tokens
     if index.edited:
         logger.warning(
             "%s: %s edited since the index was written (checksums differ); "
@@ -345,6 +357,26 @@ def _check_layout(index: DatasetIndex, *, where: str) -> None:
             f"{int(index.length[i])} lies outside {index.shards[int(index.shard[i])].name} "
             f"({index.shards[int(index.shard[i])].size} bytes)"
         )
+    if index.tokens is not None:
+        _check_token_layout(index, index.tokens, where=where)
+
+
+def _check_token_layout(index: DatasetIndex, layout: TokenLayout, *, where: str) -> None:
+    """Each shard's tokens inside it; the documents tile the stream, whole tokens each."""
+    for entry, count, offset in zip(
+        index.shards, layout.shard_tokens, layout.data_offsets, strict=True
+    ):
+        if offset + count * layout.itemsize > entry.size:
+            raise ShardFormatError(
+                f"{where}: {entry.name} holds {count} tokens from byte {offset}, "
+                f"past its {entry.size} bytes"
+            )
+    try:
+        if (index.length % layout.itemsize).any():
+            raise ValueError("a document's bytes are not whole tokens")
+        document_starts(layout, index.shard, index.offset, index.length)
+    except ValueError as exc:
+        raise ShardFormatError(f"{where}: {exc}") from None
 
 
 def _decode_arrays(data: bytes, *, where: str) -> DatasetIndex:

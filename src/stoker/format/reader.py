@@ -153,7 +153,13 @@ class ShardDataset:
         if number not in self._sizes_checked:
             self._record_size(number, self._store.head(self._index.shards[number].name).size)
 
-    async def _check_size_async(self, number: int) -> None:
+    async def check_size_async(self, number: int) -> None:
+        """Check shard ``number``'s size against the index once (one HEAD, shared by the
+        reads that start before it answers).
+
+        Raises:
+            CorruptShardError: Its size differs from the index's.
+        """
         if number in self._bad_sizes:
             raise self._size_error(number)
         if number not in self._sizes_checked:
@@ -174,6 +180,11 @@ class ShardDataset:
         return (await self._store.head_async(name)).size
 
     def _decode(self, i: int, span: memoryview | bytes) -> dict[str, Any]:
+        if self._index.tokens is not None:
+            raise ShardFormatError(
+                f"{self.url} is a token dataset: its samples are documents of a token "
+                "stream; read sequences with stoker.TokenLoader"
+            )
         key = self._index.keys[i]
         shard = self._index.shards[int(self._index.shard[i])].name
         if zlib.crc32(span) != int(self._index.crc32[i]):
@@ -317,7 +328,7 @@ class ShardDataset:
         # Size checks run beside the reads; a wrong size explains a failed read, so it wins.
         checks, reads = await asyncio.gather(
             asyncio.gather(
-                *(self._check_size_async(number) for number in unchecked),
+                *(self.check_size_async(number) for number in unchecked),
                 return_exceptions=True,
             ),
             asyncio.gather(*(fetch(run) for run in runs), return_exceptions=True),
@@ -375,6 +386,8 @@ class ShardDataset:
                 if zlib.crc32(span) != int(self._index.crc32[i]):
                     report.corrupt.append((entry.name, key, "sample bytes fail their CRC-32"))
                     continue
+                if self._index.tokens is not None:
+                    continue  # a document's span is raw tokens, not tar members
                 try:  # an index made over a malformed span passes the CRC but cannot be read
                     parse_members(span, where=f"{self.url}/{entry.name}:{key}")
                 except ShardFormatError as exc:
