@@ -61,16 +61,17 @@ class TokenReader:
         ranges = self.layout.ranges(start, stop)
         shards = self.dataset.shards
         store = self.dataset.store
-        parts = await asyncio.gather(
-            *(store.get_range_async(shards[s].name, start=a, end=b) for s, a, b in ranges),
-            *(self.dataset.check_size_async(s) for s, _, _ in ranges),
+        data, _ = await asyncio.gather(
+            asyncio.gather(
+                *(store.get_range_async(shards[s].name, start=a, end=b) for s, a, b in ranges)
+            ),
+            asyncio.gather(*(self.dataset.check_size_async(s) for s, _, _ in ranges)),
         )
-        data = parts[: len(ranges)]
-        joined = data[0] if len(data) == 1 else b"".join(data)
+        joined = data[0] if len(data) == 1 else memoryview(b"".join(data))
         self._check_documents(joined, start, stop)
         return np.frombuffer(joined, dtype=self.layout.dtype)
 
-    def _check_documents(self, data: memoryview | bytes, start: int, stop: int) -> None:
+    def _check_documents(self, data: memoryview, start: int, stop: int) -> None:
         starts = self.doc_starts
         first = int(np.searchsorted(starts, start, side="left"))
         last = int(np.searchsorted(starts, stop, side="right")) - 1  # docs [first, last) whole

@@ -14,7 +14,7 @@ import numpy as np
 
 from stoker.format.index import DatasetIndex, write_index
 from stoker.format.spec import shard_name
-from stoker.format.tokens import TokenLayout, TokenShardWriter
+from stoker.format.tokens import TOKEN_LIMITS, TokenLayout, TokenShardWriter
 from stoker.format.writer import ShardRecord
 from stoker.storage.base import Store
 
@@ -26,7 +26,7 @@ def write_token_dataset(
     store: Store,
     documents: Iterable[tuple[str, np.ndarray]],
     *,
-    dtype: np.dtype,
+    dtype: np.dtype[Any],
     eos_id: int | None = None,
     shard_tokens: int = DEFAULT_SHARD_TOKENS,
     packed_with: Mapping[str, Any] | None = None,
@@ -55,7 +55,9 @@ def write_token_dataset(
             that fit ``dtype``.
     """
     dtype = np.dtype(dtype).newbyteorder("<")
-    limit = int(np.iinfo(dtype).max)
+    if dtype.name not in TOKEN_LIMITS:
+        raise ValueError(f"dtype {dtype.name} is not one of {sorted(TOKEN_LIMITS)}")
+    limit = TOKEN_LIMITS[dtype.name]
     if eos_id is not None and not 0 <= eos_id <= limit:
         raise ValueError(f"eos_id {eos_id} does not fit {dtype.name} (0..{limit})")
     records: list[ShardRecord] = []
@@ -90,7 +92,7 @@ def write_token_dataset(
         records,
         class_names=[],
         fields={"tokens": sum(len(r.samples) for r in records)},
-        packed_with=packed_with,
+        packed_with=dict(packed_with or {}),
         skipped=skipped,
     )
     index.tokens = TokenLayout(

@@ -32,16 +32,18 @@ from stoker.format.writer import SampleRecord, ShardRecord
 from stoker.storage.base import Store
 
 #: The dtypes a token shard may hold, by name.
-TOKEN_DTYPES = {"uint16": np.dtype("<u2"), "uint32": np.dtype("<u4")}
+TOKEN_DTYPES: dict[str, np.dtype[Any]] = {"uint16": np.dtype("<u2"), "uint32": np.dtype("<u4")}
+#: The largest id each token dtype holds.
+TOKEN_LIMITS = {"uint16": (1 << 16) - 1, "uint32": (1 << 32) - 1}
 #: The extension of a token shard's one member.
 TOKENS_EXTENSION = "tokens.npy"
 
 
-def token_dtype(max_id: int) -> np.dtype:
+def token_dtype(max_id: int) -> np.dtype[Any]:
     """The narrowest token dtype for ids up to ``max_id``: ``uint16`` when it fits."""
-    if max_id < 0 or max_id > np.iinfo(np.uint32).max:
+    if max_id < 0 or max_id > TOKEN_LIMITS["uint32"]:
         raise ValueError(f"token id {max_id} does not fit an unsigned 32-bit integer")
-    return TOKEN_DTYPES["uint16"] if max_id <= np.iinfo(np.uint16).max else TOKEN_DTYPES["uint32"]
+    return TOKEN_DTYPES["uint16" if max_id <= TOKEN_LIMITS["uint16"] else "uint32"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +58,7 @@ class TokenLayout:
         data_offsets: Byte offset of each shard's first token in the shard object.
     """
 
-    dtype: np.dtype
+    dtype: np.dtype[Any]
     eos_id: int | None
     max_id: int
     shard_tokens: np.ndarray
@@ -106,7 +108,7 @@ class TokenLayout:
         if dtype not in TOKEN_DTYPES:
             raise ValueError(f"tokens.dtype: {dtype!r} is not one of {sorted(TOKEN_DTYPES)}")
         eos_id, max_id = section.get("eos_id"), section.get("max_id")
-        limit = int(np.iinfo(TOKEN_DTYPES[dtype]).max)
+        limit = TOKEN_LIMITS[dtype]
         for name, value in (("eos_id", eos_id), ("max_id", max_id)):
             if value is None and name == "eos_id":
                 continue
@@ -159,7 +161,7 @@ class TokenLayout:
 _SHARD_KEYS = ("tokens", "data_offset")
 
 
-def npy_header(dtype: np.dtype, count: int) -> bytes:
+def npy_header(dtype: np.dtype[Any], count: int) -> bytes:
     """A ``.npy`` version 1.0 header for a one-dimensional array of ``count`` items,
     padded (as numpy pads) so the data after it starts 64-byte aligned."""
     text = f"{{'descr': '{dtype.str}', 'fortran_order': False, 'shape': ({count},), }}"
@@ -179,7 +181,7 @@ class TokenShardWriter:
         dtype: The dataset's token dtype.
     """
 
-    def __init__(self, store: Store, name: str, *, number: int, dtype: np.dtype) -> None:
+    def __init__(self, store: Store, name: str, *, number: int, dtype: np.dtype[Any]) -> None:
         if dtype not in TOKEN_DTYPES.values():
             raise ValueError(f"dtype {dtype} is not one of {sorted(TOKEN_DTYPES)}")
         self._store, self._name, self._number, self._dtype = store, name, number, dtype
