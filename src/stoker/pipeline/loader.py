@@ -348,11 +348,11 @@ class Loader:
     def _delivered(self, number: int, batch: dict[str, Any], resumed: float) -> float:
         """Count batch ``number`` as delivered; let the tuner and the log see it."""
         self._stats.batches += 1
-        self._stats.samples += len(batch["label"])
+        self._stats.samples += len(batch["index"])
         self._position = number + 1
         now = time.perf_counter()
         self.stages.record(
-            Stage.CONSUMER_WAIT, now - resumed, start_s=resumed, items=len(batch["label"])
+            Stage.CONSUMER_WAIT, now - resumed, start_s=resumed, items=len(batch["index"])
         )
         self._progress.maybe_log(now, self._stats.samples, self.stats)
         self._retune(now)
