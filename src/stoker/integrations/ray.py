@@ -1,0 +1,392 @@
+"""Ray Data: a ``ray.data.Dataset`` whose read tasks are stoker's read groups.
+
+::
+
+    ds = read_dataset(url, seed=0, epoch=3, transform=RandomResizedCrop(224))
+    for batch in ds.iter_torch_batches(batch_size=256, collate_fn=TorchCollateFn()):
+        ...  # batch["image"]: (256, 224, 224, 3) uint8 tensor; batch["key"]: list of str
+
+The epoch's order is stoker's (:func:`~stoker.pipeline.plan.resolve_order` and
+:func:`~stoker.pipeline.order.epoch_order` for ``(seed, epoch)``, as a
+:class:`stoker.Loader` of one rank orders it), cut into its read groups. Each group is one
+Ray read task: the ranged GETs of its blocks (one per block, adjacent samples joined),
+every sample checked against its CRC-32, through stoker's own reader. Decoding and the
+transform run in the ``map_batches`` tasks that follow, on any node of the cluster, with
+the Loader's decode stage (:class:`~stoker.pipeline.batching.BatchAssembler`): every field
+of a record comes as the Loader gives it, the same crop for a sample in a given epoch
+wherever it is decoded. Reads reserve a fraction of a CPU (``read_num_cpus``), so the
+network waits of several groups overlap the decoding of others.
+
+The dataset delivers every sample of the epoch once, in the epoch's order when consumed
+in one stream (``preserve_order`` is set on its context). For Ray Train, pass it in
+``datasets=`` and read ``ray.train.get_dataset_shard(name)`` in each worker: Ray splits
+the stream over the workers, each sample to one of them. A dataset is one epoch: make
+the next with ``epoch=epoch + 1`` (a fresh order); iterating the same one again repeats
+its order (and its crops).
+
+Each Ray worker process opens the dataset once (its ``index.json`` and ``index.bin``)
+and keeps it for the tasks it runs after; it refuses a dataset whose shards are not those
+the driver planned from (rewritten in between).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from stoker.core.metrics import Stages
+from stoker.format.reader import ShardDataset, open_dataset
+from stoker.pipeline.batching import BatchAssembler
+from stoker.pipeline.config import DecodeConfig, config_or_default
+from stoker.pipeline.order import OrderConfig
+from stoker.pipeline.plan import resolve_order
+from stoker.pipeline.sources import DatasetSource
+
+try:
+    import pyarrow as pa  # type: ignore[import-untyped]  # pyarrow ships no types
+    import ray
+    import ray.data
+    from ray.data.block import BlockMetadata
+    from ray.data.collate_fn import NumpyBatchCollateFn
+    from ray.data.datasource import Datasource, ReadTask
+    from ray.data.extensions import ArrowPythonObjectArray, ArrowTensorArray
+except ImportError as exc:  # pragma: no cover - the extra names itself
+    raise ImportError("stoker.integrations.ray needs Ray Data: pip install 'stoker[ray]'") from exc
+
+logger = logging.getLogger(__name__)
+
+#: CPUs a read task reserves by default: it mostly waits on the network, so four run per
+#: CPU beside the decoding tasks.
+READ_NUM_CPUS = 0.25
+#: Column prefix of a member's raw bytes in the read tasks' blocks.
+MEMBER_PREFIX = "member:"
+
+
+def read_dataset(
+    source: str | os.PathLike[str],
+    *,
+    seed: int = 0,
+    epoch: int = 0,
+    transform: Any = None,
+    batch_size: int | None = None,
+    order: OrderConfig | None = None,
+    decode: DecodeConfig | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+    read_num_cpus: float = READ_NUM_CPUS,
+) -> Any:
+    """One epoch of a packed dataset as a ``ray.data.Dataset``, one row per sample.
+
+    Rows hold ``key`` (str), ``label`` and ``index`` (the sample's number in the dataset),
+    ``image`` where the samples have one (through ``transform``), and every other field of
+    the record decoded as the Loader decodes it (``txt`` a str, ``json`` its object,
+    ``npy`` an array, ...; ``decode.fields`` chooses and renames).
+
+    Args:
+        source: URL or local path of a packed dataset (an index; an unpacked folder is
+            refused: pack it first).
+        seed: Seed of the order and of the augmentations.
+        epoch: The epoch whose order (and crops) the dataset delivers.
+        transform: As :class:`stoker.Loader`'s: a built-in transform (images come out
+            ``(H, W, 3)`` uint8 of its size), a callable taking a ``PIL.Image``, or None
+            (full-size images).
+        batch_size: Samples each decoding call takes; None: one read group (a block of the
+            read tasks).
+        order: Shuffle settings; unset ones are derived from the data as the Loader does.
+        decode: Which fields, the decompression-bomb guard and ``on_error`` (its
+            ``threads`` and ``method`` are Ray's business here: one thread per task).
+        storage_options: See :func:`stoker.open_store`; they travel to the workers with the
+            tasks, so credentials given here reach them.
+        read_num_cpus: CPUs each read task reserves.
+
+    Returns:
+        A ``ray.data.Dataset`` of the epoch's samples, each once, in its order.
+
+    Raises:
+        FileNotFoundError: No packed dataset at ``source``.
+        TypeError, ValueError: A setting out of range, as the Loader raises them.
+    """
+    if batch_size is not None and (isinstance(batch_size, bool) or batch_size < 1):
+        raise ValueError(f"batch_size must be None or >= 1, got {batch_size!r}")
+    if read_num_cpus <= 0:
+        raise ValueError(f"read_num_cpus must be > 0, got {read_num_cpus}")
+    decode = config_or_default("decode", decode, DecodeConfig)
+    options = dict(storage_options or {})
+    dataset = open_dataset(source, storage_options=options)
+    opened = DatasetSource(dataset)
+    settings = resolve_order(
+        order,
+        seed=seed,
+        units=opened.units(),
+        unit_bytes=opened.unit_bytes(),
+        shuffled=opened.shuffled(),
+    )
+    # Checked here, on the driver, so a transform for records without images fails now.
+    BatchAssembler.for_source(
+        opened,
+        transform,
+        seed=settings.seed_value,
+        decode=decode,
+        fields=decode.fields,
+        stages=Stages(),
+        threads=1,
+    ).close()
+    datasource = StokerDatasource(dataset, opened.epoch_order(settings, epoch), options)
+    ds = ray.data.read_datasource(datasource, num_cpus=read_num_cpus)
+    ds = ds.map_batches(
+        _decode_block,
+        batch_size=batch_size,
+        batch_format="pyarrow",
+        zero_copy_batch=True,
+        fn_kwargs={
+            "where": datasource.where,
+            "transform": transform,
+            "seed": settings.seed_value,
+            "epoch": epoch,
+            "decode": decode,
+        },
+    )
+    ds.context.execution_options.preserve_order = True
+    return ds
+
+
+class StokerDatasource(Datasource):
+    """The read groups of one epoch of a packed dataset, one Ray read task each.
+
+    A task's block holds each sample's ``index``, ``key``, ``label``, its members' raw
+    bytes (columns ``member:<ext>``, null where a sample lacks one) and ``error`` (what a
+    sample that failed its CRC-32 or whose members are malformed failed with, else null);
+    :func:`read_dataset` decodes it.
+
+    Args:
+        dataset: The opened dataset (the driver's; workers open their own).
+        order: The epoch's order.
+        storage_options: See :func:`stoker.open_store`.
+    """
+
+    def __init__(
+        self, dataset: ShardDataset, order: Any, storage_options: Mapping[str, Any]
+    ) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]  # Ray's is untyped
+        self.where = _Where(dataset.url, dict(storage_options), _fingerprint(dataset))
+        self._length = dataset.index.length
+        self._samples = order.samples
+        self._starts = order.group_starts
+        self._members = tuple(sorted(dataset.index.fields))
+
+    def get_name(self) -> str:
+        """Ray's name for the read operator."""
+        return "StokerReadGroups"
+
+    def estimate_inmemory_data_size(self) -> int:
+        """Bytes of the epoch's samples in their shards."""
+        return int(self._length[self._samples].sum()) if len(self._samples) else 0
+
+    def get_read_tasks(
+        self,
+        parallelism: int,
+        per_task_row_limit: int | None = None,
+        data_context: Any = None,
+    ) -> list[Any]:
+        """One task per read group of the epoch, in order (``parallelism`` is not used:
+        the groups are the unit of reading)."""
+        tasks = []
+        for begin, end in zip(self._starts[:-1].tolist(), self._starts[1:].tolist(), strict=True):
+            ids = self._samples[begin:end]
+            metadata = BlockMetadata(
+                num_rows=len(ids),
+                size_bytes=int(self._length[ids].sum()),
+                input_files=None,
+                exec_stats=None,
+            )
+            read = _GroupRead(self.where, ids, self._members)
+            tasks.append(ReadTask(read, metadata, per_task_row_limit=per_task_row_limit))
+        return tasks
+
+
+class _Where:
+    """Where a worker finds the dataset: its URL, storage options and the fingerprint of
+    the shards the driver planned from."""
+
+    __slots__ = ("fingerprint", "storage_options", "url")
+
+    def __init__(self, url: str, storage_options: dict[str, Any], fingerprint: str) -> None:
+        self.url = url
+        self.storage_options = storage_options
+        self.fingerprint = fingerprint
+
+    def __getstate__(self) -> tuple[str, dict[str, Any], str]:
+        return self.url, self.storage_options, self.fingerprint
+
+    def __setstate__(self, state: tuple[str, dict[str, Any], str]) -> None:
+        self.url, self.storage_options, self.fingerprint = state
+
+    def key(self) -> tuple[str, str, str]:
+        return self.url, repr(sorted(self.storage_options.items())), self.fingerprint
+
+
+def _fingerprint(dataset: ShardDataset) -> str:
+    digest = hashlib.sha256()
+    for shard in dataset.shards:
+        digest.update(f"{shard.name}\0{shard.size}\0{shard.sha256}\n".encode())
+    return digest.hexdigest()
+
+
+# One opened dataset per worker process and location: a task's ids index into it, so it
+# is opened (its index read) once per process rather than once per read group.
+_OPENED: dict[tuple[str, str, str], DatasetSource] = {}
+_OPENING = threading.Lock()
+
+
+def _source(where: _Where) -> DatasetSource:
+    key = where.key()
+    with _OPENING:
+        found = _OPENED.get(key)
+        if found is None:
+            dataset = open_dataset(where.url, storage_options=where.storage_options)
+            if _fingerprint(dataset) != where.fingerprint:
+                raise ValueError(
+                    f"{where.url}: the dataset's shards changed after read_dataset() planned "
+                    "the epoch; make the dataset again"
+                )
+            found = _OPENED[key] = DatasetSource(dataset)
+        return found
+
+
+class _GroupRead:
+    """A read task's work: one read group, fetched as the Loader fetches it."""
+
+    def __init__(self, where: _Where, ids: np.ndarray, members: tuple[str, ...]) -> None:
+        self.where = where
+        self.ids = np.asarray(ids, dtype=np.int64)
+        self.members = members
+
+    def __call__(self) -> list[Any]:
+        source = _source(self.where)
+        engine = source.dataset.store.engine
+        samples = engine.run(source.read_async(self.ids.tolist()))
+        return [_raw_block(self.ids, samples, self.members)]
+
+
+def _raw_block(ids: np.ndarray, samples: list[dict[str, Any]], members: Sequence[str]) -> Any:
+    names = list(members)
+    for sample in samples:  # an index without field counts: the members found
+        names.extend(k for k, v in sample.items() if isinstance(v, bytes) and k not in names)
+    columns: dict[str, Any] = {
+        "index": pa.array(ids, type=pa.int64()),
+        "key": pa.array([s["key"] for s in samples], type=pa.string()),
+        "label": pa.array([int(s["label"]) for s in samples], type=pa.int64()),
+        "error": pa.array(
+            [None if s.get("error") is None else str(s["error"]) for s in samples],
+            type=pa.string(),
+        ),
+    }
+    for name in names:
+        columns[MEMBER_PREFIX + name] = pa.array([s.get(name) for s in samples], type=pa.binary())
+    return pa.table(columns)
+
+
+def _decode_block(
+    block: Any, *, where: _Where, transform: Any, seed: int, epoch: int, decode: DecodeConfig
+) -> Any:
+    """Decode a block of raw samples as the Loader decodes a batch (Ray's map function)."""
+    if block.num_rows == 0:
+        return block.select(["index", "key", "label"])
+    ids = block.column("index").to_numpy()
+    keys = block.column("key").to_pylist()
+    labels = block.column("label").to_pylist()
+    errors = block.column("error").to_pylist()
+    raw: list[dict[str, Any]] = [
+        {"key": key, "label": label}
+        if error is None
+        else {"key": key, "label": label, "error": error}
+        for key, label, error in zip(keys, labels, errors, strict=True)
+    ]
+    for name in block.column_names:
+        if name.startswith(MEMBER_PREFIX):
+            member = name[len(MEMBER_PREFIX) :]
+            for sample, value in zip(raw, block.column(name).to_pylist(), strict=True):
+                if value is not None:
+                    sample[member] = value
+    source = _source(where)
+    assembler = BatchAssembler.for_source(
+        source,
+        transform,
+        seed=seed,
+        decode=decode,
+        fields=decode.fields,
+        stages=Stages(),
+        threads=1,
+    )
+    skipped: list[tuple[str, str]] = []
+    try:
+        assembler.start_workers(batch_size=len(raw), depth=1)
+        batch = assembler.finish(assembler.start(ids, raw, epoch), skipped)
+    finally:
+        assembler.close()
+    for key, reason in skipped:
+        logger.warning("%s: sample %r skipped: %s", where.url, key, reason)
+    return batch_table(batch)
+
+
+def batch_table(batch: Mapping[str, Any]) -> Any:
+    """A Loader batch as an Arrow table of one row per sample, for Ray.
+
+    Arrays of numbers become Ray tensor columns (``image`` one ``(H, W, 3)`` uint8 tensor
+    a row), arrays of different shapes variable-shaped tensor columns, text and bytes
+    string and binary columns; other values (parsed JSON, None among values) are kept as
+    the Python objects they are (Ray's object column), so they come back unchanged.
+    """
+    return pa.table({name: _column(value) for name, value in batch.items()})
+
+
+def _column(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        if value.ndim == 1 and value.dtype.kind in "biuf":
+            return pa.array(value)
+        if value.dtype.kind in "biufcUS" and value.ndim > 1:
+            return ArrowTensorArray.from_numpy(value)
+        if value.ndim == 1 and value.dtype.kind in "US":
+            return pa.array(value.tolist())
+        return ArrowPythonObjectArray.from_objects(list(value))
+    items = list(value)
+    if all(v is None or isinstance(v, str) for v in items):
+        return pa.array(items, type=pa.string())
+    if all(v is None or isinstance(v, bytes) for v in items):
+        return pa.array(items, type=pa.binary())
+    if items and all(isinstance(v, np.ndarray) and v.dtype.kind in "biuf" for v in items):
+        ragged = np.empty(len(items), dtype=object)
+        ragged[:] = items
+        return ArrowTensorArray.from_numpy(ragged)
+    return ArrowPythonObjectArray.from_objects(items)
+
+
+class TorchCollateFn(NumpyBatchCollateFn):
+    """``collate_fn`` for ``iter_torch_batches``: batches as :class:`TorchLoader` gives them::
+
+        ds.iter_torch_batches(batch_size=256, collate_fn=TorchCollateFn())
+
+    Arrays of numbers become tensors; a column of arrays of different shapes a list of
+    tensors; text, bytes and objects (parsed JSON) lists of their values; arrays torch has
+    no dtype for (strings in an ``npy``) stay arrays. Ray's own conversion makes tensors
+    only, and stops at the first string column (``key``).
+    """
+
+    def __call__(self, batch: Mapping[str, np.ndarray]) -> Any:
+        """The batch with its numbers as tensors and the rest as lists."""
+        from stoker.integrations.torch_tensors import to_tensors
+
+        out: dict[str, Any] = {}
+        for name, value in batch.items():
+            if isinstance(value, np.ndarray) and value.dtype == object:
+                out[name] = list(value)
+            elif isinstance(value, np.ndarray) and value.ndim == 1 and value.dtype.kind in "US":
+                out[name] = value.tolist()
+            else:
+                out[name] = value
+        return to_tensors(out)
