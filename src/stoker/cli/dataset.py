@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 from rich.table import Table
 
-from stoker.cli.common import handle_errors
+from stoker.cli.common import handle_errors, printable
 from stoker.cli.common import storage_options as _storage
 from stoker.cli.params import ByteSize
 from stoker.core.units import format_bytes
@@ -21,6 +21,8 @@ from stoker.pack.limits import check_workers
 from stoker.pack.packer import DEFAULT_SHARD_BYTES, PackConfig, pack
 from stoker.pack.reencode import ImagePolicy
 from stoker.pack.sources import FORMATS
+from stoker.pack.token_sources import BIN_DTYPES
+from stoker.pack.tokens import TokenPackConfig, TokenSummary, pack_tokens, summarise_tokens
 from stoker.pipeline.order import assign
 from stoker.pipeline.plan import resolve_order
 from stoker.pipeline.quality import LabelMix, ReadCost, label_mix, read_cost
@@ -122,6 +124,46 @@ from stoker.profile.fields import DEFAULT_SUMMARY_SAMPLES, FieldSummary, summari
     help="Let a CSV/JSONL list name files outside its own folder (absolute paths, ../, "
     "other buckets); refused by default.",
 )
+@click.option(
+    "--tokens",
+    is_flag=True,
+    help="Pack tokenized documents (.npy/.bin files, or one file with --offsets) or "
+    "JSONL/Parquet text with --tokenizer into token shards for TokenLoader.",
+)
+@click.option(
+    "--offsets",
+    metavar="FILE.npy",
+    help="With --tokens: each document's start in SRC (one file of concatenated tokens), "
+    "and the end.",
+)
+@click.option(
+    "--bin-dtype",
+    type=click.Choice(BIN_DTYPES),
+    help="With --tokens: the dtype of raw .bin token files.",
+)
+@click.option(
+    "--text-field",
+    default="text",
+    show_default=True,
+    help="With --tokens: the JSONL field or Parquet column holding the text.",
+)
+@click.option(
+    "--tokenizer",
+    metavar="TOKENIZER.json",
+    help="With --tokens: a Hugging Face tokenizers file for JSONL/Parquet text (needs "
+    "pip install tokenizers); its special tokens are not added.",
+)
+@click.option(
+    "--vocab-size",
+    type=click.IntRange(1, 1 << 32),
+    help="With --tokens: ids at or above it are out of range; uint16 when it is at most "
+    "65536 (default: the tokenizer's, else the largest id found decides).",
+)
+@click.option(
+    "--eos-id",
+    type=click.IntRange(0, (1 << 32) - 1),
+    help="With --tokens: the end-of-text id appended after every document.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option("--no-progress", is_flag=True, help="Do not show the progress bar.")
 @click.pass_context
@@ -145,6 +187,13 @@ def pack_command(
     prefixes: int,
     class_names: tuple[str, ...],
     allow_outside_list: bool,
+    tokens: bool,
+    offsets: str | None,
+    bin_dtype: str | None,
+    text_field: str,
+    tokenizer: str | None,
+    vocab_size: int | None,
+    eos_id: int | None,
     as_json: bool,
     no_progress: bool,
 ) -> None:
@@ -156,7 +205,16 @@ def pack_command(
     other input or arguments it is refused, naming what differs). Every image is checked as
     training will decode it; DST_URL may not lie inside an input folder, and must be empty
     unless it holds that pack: anything else there is named and nothing is written.
+
+    With --tokens, SRC holds tokenized documents or text and DST_URL gets token shards
+    (uint16 when the ids fit, else uint32), documents in a shuffled order (--keep-order
+    keeps the input's), each checked: an id out of range, an empty document or an array
+    that is not 1-D integers is named, or skipped and listed with --on-error skip.
     """
+    _check_pack_options(ctx, tokens)
+    if tokens:
+        _pack_tokens(ctx, src, dst_url, on_error, as_json, no_progress)
+        return
     try:
         check_workers(workers)
     except ValueError as exc:
@@ -226,6 +284,93 @@ def pack_command(
             click.echo(f"  {item['source']}: {item['reason']}", err=True)
 
 
+_TOKEN_OPTIONS = ("offsets", "bin_dtype", "text_field", "tokenizer", "vocab_size", "eos_id")
+_IMAGE_OPTIONS = (
+    "source_format",
+    "samples_per_shard",
+    "resize_shorter",
+    "max_side",
+    "quality",
+    "max_pixels",
+    "engine",
+    "prefixes",
+    "class_names",
+    "allow_outside_list",
+)
+
+
+def _check_pack_options(ctx: click.Context, tokens: bool) -> None:
+    """Refuse options of the other kind of pack, so that none is silently ignored."""
+    for name in _IMAGE_OPTIONS if tokens else _TOKEN_OPTIONS:
+        if ctx.get_parameter_source(name) not in (None, click.core.ParameterSource.DEFAULT):
+            flag = "--" + {"source_format": "format", "resize_shorter": "resize"}.get(
+                name, name.removesuffix("s") if name == "class_names" else name
+            ).replace("_", "-")
+            raise click.UsageError(
+                f"{flag} does not apply to a token pack"
+                if tokens
+                else f"{flag} applies to token packs only (add --tokens)"
+            )
+
+
+def _pack_tokens(
+    ctx: click.Context, src: str, dst_url: str, on_error: str, as_json: bool, no_progress: bool
+) -> None:
+    params = ctx.params
+    config = TokenPackConfig(
+        eos_id=params["eos_id"],
+        vocab_size=params["vocab_size"],
+        bin_dtype=params["bin_dtype"],
+        text_field=params["text_field"],
+        max_shard_bytes=params["shard_size"],
+        shuffle_seed=None if params["keep_order"] else params["shuffle_seed"],
+        on_error=on_error,  # type: ignore[arg-type]
+        workers=params["workers"],
+    )
+    show = not no_progress and not as_json and sys.stderr.isatty()
+    bar = Progress(
+        "{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        "documents",
+        TimeRemainingColumn(),
+        console=Console(stderr=True),
+        disable=not show,
+    )
+    tasks = {phase: bar.add_task(phase, total=None) for phase in ("read", "write")}
+
+    def progress(phase: str, total: int | None, advance: int) -> None:
+        bar.update(tasks[phase], total=total, advance=advance)
+
+    with bar:
+        report = pack_tokens(
+            src,
+            dst_url,
+            config=config,
+            tokenizer=params["tokenizer"],
+            offsets=params["offsets"],
+            storage_options=_storage(ctx),
+            progress=progress,
+        )
+    if as_json:
+        click.echo(json.dumps(report.to_dict(), indent=2))
+        return
+    using = f" with {report.tokenizer}" if report.tokenizer else ""
+    click.echo(f"Read {report.source}{using}.")
+    order = "input order" if report.shuffle_seed is None else f"seed {report.shuffle_seed}"
+    eos = "" if report.eos_id is None else f", end-of-text id {report.eos_id} after each"
+    click.echo(
+        f"Packed {report.documents:,} documents, {report.tokens:,} tokens ({report.dtype}"
+        f"{eos}; largest id {report.max_id:,}) into {report.shards} shards at "
+        f"{report.destination} in {report.seconds:.1f} s, documents in the order of {order}; "
+        f"read {format_bytes(report.bytes_in)}, wrote {format_bytes(report.bytes_out)}."
+    )
+    if report.skipped:
+        click.echo(f"Skipped {len(report.skipped)} documents (listed in index.json):", err=True)
+        for item in report.skipped[:20]:
+            click.echo(f"  {printable(item['source'])}: {printable(item['reason'])}", err=True)
+
+
 @click.command("inspect")
 @click.argument("url")
 @click.option(
@@ -235,18 +380,35 @@ def pack_command(
     show_default=True,
     help="Decode the first N samples to summarise each field's values and sizes (0: none).",
 )
+@click.option(
+    "--seq-len",
+    type=click.IntRange(1),
+    default=2048,
+    show_default=True,
+    help="For a token dataset: the sequence length to count sequences per epoch at.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print everything as JSON.")
 @click.pass_context
 @handle_errors
-def inspect_command(ctx: click.Context, url: str, field_samples: int, as_json: bool) -> None:
+def inspect_command(
+    ctx: click.Context, url: str, field_samples: int, seq_len: int, as_json: bool
+) -> None:
     """Summarise a packed dataset: samples, fields, classes and shards.
 
     Each field (member extension) is listed with how many samples have it, how the Loader
     decodes it and under which batch name, its mean size and what the first samples hold
     (str lengths, array dtypes and shapes, JSON keys). Two GETs for the index, one ranged
-    GET for the first samples.
+    GET for the first samples. A token dataset shows its tokens, documents (mean, min and
+    max length), dtype, end-of-text id, shards and the sequences of --seq-len an epoch
+    holds (tokens // (seq_len + 1)), from the index alone.
     """
     dataset = open_dataset(url, storage_options=_storage(ctx))
+    if dataset.index.tokens is not None:
+        _inspect_tokens(
+            summarise_tokens(dataset.url, dataset.index.tokens, dataset.index, seq_len=seq_len),
+            as_json=as_json,
+        )
+        return
     fields = summarise_fields(dataset, samples=field_samples)
     index = dataset.index
     counts: dict[int, int] = {}
@@ -309,6 +471,40 @@ def inspect_command(ctx: click.Context, url: str, field_samples: int, as_json: b
     console.print(shards)
     if len(dataset.shards) > 50:
         console.print(f"... and {len(dataset.shards) - 50} more shards (--json lists all)")
+
+
+def _inspect_tokens(summary: TokenSummary, *, as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(summary.to_dict(), indent=2))
+        return
+    console = Console()
+    lengths = summary.document_tokens
+    eos = "none" if summary.eos_id is None else f"{summary.eos_id} (after each document)"
+    console.print(
+        f"[bold]{printable(summary.url)}[/]: token dataset, {summary.tokens:,} tokens in "
+        f"{summary.documents:,} documents, {len(summary.shards)} shards, "
+        f"{format_bytes(summary.bytes)}; {summary.skipped} inputs skipped at pack time",
+        highlight=False,
+    )
+    console.print(
+        f"dtype {summary.dtype}, largest id {summary.max_id:,}, end-of-text id {eos}\n"
+        f"tokens per document{' (eos included)' if summary.eos_id is not None else ''}: "
+        f"mean {lengths['mean']:,.1f}, min {lengths['min']:,}, max {lengths['max']:,}\n"
+        f"sequences per epoch at --seq-len {summary.seq_len:,}: {summary.sequences:,} "
+        f"(tokens // {summary.seq_len + 1:,}, one rank)",
+        highlight=False,
+    )
+    shards = Table("shard", "documents", "tokens", "bytes")
+    for entry in summary.shards[:50]:
+        shards.add_row(
+            entry["name"],
+            f"{entry['documents']:,}",
+            f"{entry['tokens']:,}",
+            format_bytes(entry["bytes"]),
+        )
+    console.print(shards)
+    if len(summary.shards) > 50:
+        console.print(f"... and {len(summary.shards) - 50} more shards (--json lists all)")
 
 
 def _field_table(fields: list[FieldSummary], *, read: int) -> Table:
