@@ -10,11 +10,13 @@ and its ``error``, which the loader raises or skips like an undecodable image:
 - :class:`DatasetSource`: samples of one packed dataset, with rows of side tables
   (``.npy`` arrays in the bucket, read by ranged GETs; see
   :mod:`stoker.format.sidetable`) attached under their names;
-- :class:`MixedSource`: several dataset sources in set proportions
+- :class:`MixedSource`: several dataset (or token) sources in set proportions
   (:mod:`stoker.pipeline.mixing`), each unit tagged with its ``source``;
 - :class:`WindowSource`: windows of consecutive records
   (:mod:`stoker.pipeline.windows`); a unit holds its ``records`` in order, its labels as
-  an array, and each side table's rows stacked per record.
+  an array, and each side table's rows stacked per record;
+- :class:`~stoker.pipeline.tokens.TokenSource`: sequences of ``seq_len + 1`` tokens of a
+  token dataset (a unit is a view of its tokens and its sequence number).
 
 Orders stay pure functions of (seed, epoch, sizes), so partition and resume work the same
 for every source.
@@ -38,6 +40,7 @@ from stoker.pipeline.folder import open_folder
 from stoker.pipeline.mixing import MixConfig, MixedOrder, mixed_epoch_order, source_counts
 from stoker.pipeline.order import EpochOrder, OrderConfig, epoch_order
 from stoker.pipeline.plan import block_size_for
+from stoker.pipeline.tokens import TokenConfig, TokenSource, token_block_size
 from stoker.pipeline.windows import (
     WindowConfig,
     dirname_sequence_ids,
@@ -213,11 +216,13 @@ class DatasetSource:
 
 
 class MixedSource:
-    """Several dataset sources in one epoch, in the proportions of ``mix``.
+    """Several dataset (or token) sources in one epoch, in the proportions of ``mix``.
 
     Unit ids are mixed ids (see :mod:`stoker.pipeline.mixing`); each unit carries the
     ``source`` it came from. Every source uses the loader's order settings with its own
-    block size (its blocks hold about as many bytes as the loader aims for).
+    block size (its blocks hold about as many bytes as the loader aims for). Token sources
+    of one ``seq_len`` have units of equal tokens, so proportions of units are proportions
+    of tokens.
 
     Args:
         sources: The sources, in the order of ``mix``'s weights or counts.
@@ -226,14 +231,17 @@ class MixedSource:
     """
 
     def __init__(
-        self, sources: Sequence[DatasetSource], mix: MixConfig, block_sizes: Sequence[int]
+        self,
+        sources: Sequence[DatasetSource] | Sequence[TokenSource],
+        mix: MixConfig,
+        block_sizes: Sequence[int],
     ) -> None:
         if mix.sources != len(sources):
             raise ValueError(f"mix is for {mix.sources} sources, but {len(sources)} were given")
-        self.sources = list(sources)
+        self.sources: list[DatasetSource | TokenSource] = list(sources)
         self.mix = mix
         self.block_sizes = list(block_sizes)
-        sizes = [len(s.dataset) for s in self.sources]
+        sizes = [s.units() for s in self.sources]
         self._offsets = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)]).astype(np.int64)
         self._last: tuple[tuple[OrderConfig, int], MixedOrder] | None = None
 
@@ -243,7 +251,7 @@ class MixedSource:
 
     @property
     def datasets(self) -> list[ShardDataset]:
-        return [s.dataset for s in self.sources]
+        return [d for s in self.sources for d in s.datasets]
 
     @property
     def extra_fields(self) -> tuple[str, ...]:
@@ -266,7 +274,7 @@ class MixedSource:
         return self.mixed_order(config, epoch).order
 
     def units(self) -> int:
-        return sum(source_counts([len(s.dataset) for s in self.sources], self.mix))
+        return sum(source_counts([s.units() for s in self.sources], self.mix))
 
     def shuffled(self) -> bool:
         return all(s.shuffled() for s in self.sources)
@@ -278,7 +286,7 @@ class MixedSource:
         return which, values - offsets[which]
 
     def unit_bytes(self) -> float:
-        weights = np.asarray([len(s.dataset) for s in self.sources], dtype=np.float64)
+        weights = np.asarray([s.units() for s in self.sources], dtype=np.float64)
         sizes = np.asarray([s.unit_bytes() for s in self.sources])
         return float((weights * sizes).sum() / max(weights.sum(), 1.0))
 
@@ -391,6 +399,7 @@ def open_source(
     storage_options: Mapping[str, Any] | None,
     cache: CacheConfig | None,
     page_bytes: int,
+    tokens: TokenConfig | None = None,
 ) -> Source:
     """Open what a Loader reads: datasets (through a disk cache), side tables, a mix.
 
@@ -400,13 +409,17 @@ def open_source(
         storage_options: See :func:`stoker.open_store`.
         cache: The disk cache (``cache.dir``) shared by every dataset and side table.
         page_bytes: The disk cache's page when ``cache.page_bytes`` leaves it unset.
+        tokens: How to cut token datasets into sequences: given, every dataset must be a
+            token dataset, read as :class:`~stoker.pipeline.tokens.TokenSource` (several
+            mixed by ``mix``); without it, a token dataset is refused.
 
     A single location without a packed dataset's ``index.json`` that holds class folders
     of images (bucket prefix or local directory) is streamed unpacked
     (:mod:`stoker.pipeline.folder`).
 
     Raises:
-        ValueError: A prebuilt source with a disk cache (it carries its own).
+        ValueError: A prebuilt source with a disk cache (it carries its own); a token
+            dataset without ``tokens`` or the other way round.
         FileNotFoundError: A location with neither an index nor images (the message says
             both ways on: pack it, or point at a folder of class folders).
     """
@@ -441,6 +454,8 @@ def open_source(
         data_bytes = sum(s.size for d in datasets for s in d.shards)
         disk = DiskCache.for_data(cache.dir, data_bytes=data_bytes, max_bytes=cache.max_bytes)
         datasets = [_cached(d, disk, cache.page_bytes or page_bytes) for d in datasets]
+    if tokens is not None or any(d.index.tokens is not None for d in datasets):
+        return _token_source(config, datasets, tokens)
     tables = {
         name: _open_table(url, storage_options, disk)
         for name, url in (config.side_tables or {}).items()
@@ -458,6 +473,29 @@ def open_source(
                 "(PackConfig(shuffle_seed=None))"
             )
         return WindowSource(sources[0], config.window)
+    return sources[0]
+
+
+def _token_source(
+    config: SourceConfig, datasets: list[ShardDataset], tokens: TokenConfig | None
+) -> Source:
+    if tokens is None:
+        url = next(d.url for d in datasets if d.index.tokens is not None)
+        raise ValueError(
+            f"{url} is a token dataset: read it with "
+            "stoker.TokenLoader(url, seq_len=..., batch_size=...)"
+        )
+    for dataset in datasets:
+        if dataset.index.tokens is None:
+            raise ValueError(
+                f"{dataset.url} is not a token dataset (pack tokenized documents with "
+                "`stoker pack SRC DST --tokens`)"
+            )
+    if config.window is not None or config.side_tables:
+        raise ValueError("token datasets take no windows or side tables")
+    sources = [TokenSource(d, tokens) for d in datasets]
+    if config.mix is not None:
+        return MixedSource(sources, config.mix, [token_block_size(s.unit_bytes()) for s in sources])
     return sources[0]
 
 

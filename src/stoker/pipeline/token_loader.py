@@ -1,0 +1,152 @@
+"""TokenLoader: fixed-length sequences of a packed token stream, for language-model training.
+
+A :class:`~stoker.Loader` over a :class:`~stoker.pipeline.tokens.TokenSource`: the order,
+its partition over ranks and workers, prefetch, the disk cache, ``state_dict`` and
+``load_state_dict`` are the Loader's; only the source (sequences of ``seq_len + 1`` tokens)
+and the batches (stacked with numpy) are the token stream's. See docs/tokens.md.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any, Literal
+
+from stoker.pipeline.autotune import AutotuneConfig
+from stoker.pipeline.config import BLOCK_PAGE_BYTES, CacheConfig, config_or_default
+from stoker.pipeline.loader import Loader
+from stoker.pipeline.order import OrderConfig
+from stoker.pipeline.sources import MixedSource, SourceLike, open_source
+from stoker.pipeline.tokens import TokenConfig, TokenSource, token_order
+from stoker.pipeline.world import World
+
+logger = logging.getLogger(__name__)
+
+
+class TokenLoader(Loader):
+    """Batches of ``seq_len`` tokens and their next tokens, from a packed token dataset.
+
+    The stream (every shard's documents, concatenated) is cut into sequences of
+    ``seq_len + 1`` tokens; sequence ``k`` is tokens ``[k * (seq_len + 1), (k + 1) *
+    (seq_len + 1))``. Sequences are shuffled in blocks of consecutive ones (one ranged read
+    of about 4 MB each) and dealt to ranks in equal counts, dropping fewer than
+    ``world_size`` sequences to even them out::
+
+        loader = TokenLoader("s3://bucket/tokens", seq_len=2048, batch_size=8)
+        for batch in loader:
+            batch["input_ids"], batch["labels"]  # (8, 2048) int64; labels[:, :-1] ==
+                                                 # input_ids[:, 1:]
+
+    Every batch also has ``index``, the sequence ids (mixed ids in a mix, with ``source``).
+    With ``documents=True`` it has ``position_ids`` (restarting at each document),
+    ``doc_lens`` (each row's document pieces), ``cu_seqlens`` and ``max_seqlen``
+    (FlashAttention's varlen form over the flattened batch), all from the index.
+
+    ``state_dict()`` is the Loader's few integers: resume is exact, onto another world size
+    too (the sequences the old ranks consumed are left out, the rest dealt anew). Only
+    whole batches are delivered: an epoch leaves out the tokens after the last sequence,
+    fewer than ``world_size`` sequences, and each rank's last partial batch
+    (:attr:`dropped_tokens`, logged once).
+
+    Args:
+        source: A token dataset's URL or path, or a
+            :class:`~stoker.pipeline.config.SourceConfig` of several with ``mix`` (a
+            :class:`~stoker.pipeline.mixing.MixConfig` by tokens: every source's sequences
+            hold ``seq_len + 1`` tokens).
+        seq_len: Tokens per row of ``input_ids``.
+        batch_size: Sequences per batch.
+        seed: Seed of the order (0 by default).
+        documents: Add document boundaries (see above).
+        dtype: dtype of ``input_ids`` and ``labels``: ``"int64"`` (what torch embeddings
+            take), ``"int32"``, ``"uint32"`` or ``"uint16"``.
+        order: Shuffle settings; unset block and group sizes give blocks of about 4 MB and
+            read groups of about 16 MB.
+        world: This rank (and loader worker); default rank 0 of 1.
+        prefetch: Read groups held ahead, or ``"auto"``.
+        autotune: The autotuner's budgets.
+        cache: A node-local disk cache (``cache.dir``) and an in-memory cache.
+        storage_options: See :func:`stoker.open_store`.
+
+    Raises:
+        ValueError: Not a token dataset, a setting out of range, fewer tokens than one
+            sequence, or a dtype too narrow for the dataset's ids.
+    """
+
+    def __init__(
+        self,
+        source: SourceLike,
+        *,
+        seq_len: int,
+        batch_size: int,
+        seed: int | None = None,
+        documents: bool = False,
+        dtype: str = "int64",
+        order: OrderConfig | None = None,
+        world: World | None = None,
+        prefetch: int | Literal["auto"] = "auto",
+        autotune: AutotuneConfig | None = None,
+        cache: CacheConfig | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.tokens_config = TokenConfig(seq_len=seq_len, documents=documents, dtype=dtype)
+        cache = config_or_default("cache", cache, CacheConfig)
+        opened = open_source(
+            source,
+            storage_options=storage_options,
+            cache=cache,
+            page_bytes=BLOCK_PAGE_BYTES,
+            tokens=self.tokens_config,
+        )
+        if not isinstance(opened, TokenSource | MixedSource):
+            raise TypeError(f"{opened.url}: a TokenLoader reads token datasets only")
+        order = token_order(order, units=opened.units(), unit_bytes=opened.unit_bytes())
+        super().__init__(
+            opened,
+            batch_size=batch_size,
+            seed=seed,
+            drop_last=True,
+            order=order,
+            world=world,
+            prefetch=prefetch,
+            autotune=autotune,
+            cache=replace(cache, dir=None),  # the source above reads through it
+            storage_options=storage_options,
+        )
+        if self.world.rank == 0 and self.world.worker == 0:
+            logger.info(
+                "%s: %d sequences of %d tokens an epoch; %d tokens (%.3g %%) left out "
+                "(the stream's tail, evening out %d ranks, each rank's last partial batch)",
+                self.source.url,
+                self.source.units(),
+                self.tokens_config.span,
+                self.dropped_tokens,
+                100 * self.dropped_tokens / max(self.stream_tokens, 1),
+                self.world.world_size,
+            )
+
+    @property
+    def seq_len(self) -> int:
+        """Tokens per row of ``input_ids``."""
+        return self.tokens_config.seq_len
+
+    @property
+    def stream_tokens(self) -> int:
+        """Tokens an epoch could deliver: the whole stream, or in a mix each source's
+        sequences in the epoch."""
+        if isinstance(self.source, TokenSource):
+            return self.source.tokens
+        return self.source.units() * self.tokens_config.span
+
+    @property
+    def epoch_tokens(self) -> int:
+        """Stream tokens (``seq_len + 1`` per sequence) all ranks deliver in a full epoch."""
+        sequences = self.batches_per_epoch() * self.batch_size * self.world.world_size
+        return sequences * self.tokens_config.span
+
+    @property
+    def dropped_tokens(self) -> int:
+        """Tokens of :attr:`stream_tokens` no rank delivers in a full epoch: the stream's
+        tail after the last whole sequence, the sequences that even out the ranks, and each
+        rank's last partial batch."""
+        return self.stream_tokens - self.epoch_tokens

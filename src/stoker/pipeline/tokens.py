@@ -1,0 +1,247 @@
+"""Token sequences: what a :class:`~stoker.TokenLoader` reads from a packed token stream.
+
+A token dataset (:mod:`stoker.format.tokens`) is one stream of tokens. Cut into sequences
+of ``seq_len + 1`` tokens, sequence ``k`` is tokens ``[k * (seq_len + 1), (k + 1) *
+(seq_len + 1))``: its first ``seq_len`` tokens are the inputs, its last ``seq_len`` the
+labels (the next token of each input). The tokens after the last whole sequence (fewer
+than ``seq_len + 1``) are never read.
+
+:class:`TokenSource` is the Loader's source whose units are these sequences. Its order is
+:func:`~stoker.pipeline.order.epoch_order` over one virtual shard of ``N`` sequences, so a
+block is a run of consecutive sequences, one ranged read of about
+:data:`~stoker.pipeline.plan.BLOCK_TARGET_BYTES`, and partition and resume are the
+Loader's (a few integers). :class:`~stoker.pipeline.batching.TokenBatcher` stacks a
+batch's sequences with numpy and, on request, adds document boundaries
+(:func:`document_boundaries`), computed from the index, never by scanning for an
+end-of-text id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from stoker.core.checks import check_bool, check_int
+from stoker.format.reader import ShardDataset
+from stoker.format.token_reader import TokenReader
+from stoker.pipeline.order import DEFAULT_GROUP_BLOCKS, EpochOrder, OrderConfig, epoch_order
+from stoker.pipeline.plan import BLOCK_TARGET_BYTES, GROUP_TARGET_BYTES, MIN_GROUPS
+
+#: Output dtypes of ``input_ids`` and ``labels`` a TokenLoader makes.
+OUTPUT_DTYPES = ("int64", "int32", "uint32", "uint16")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TokenConfig:
+    """How a token stream becomes batches.
+
+    Attributes:
+        seq_len: Tokens of ``input_ids`` (and of ``labels``) per sequence; each sequence
+            reads ``seq_len + 1`` tokens of the stream.
+        documents: Add ``position_ids``, ``doc_lens``, ``cu_seqlens`` and ``max_seqlen``
+            (document boundaries, from the index).
+        dtype: dtype of ``input_ids`` and ``labels`` (``int64`` is what torch embeddings
+            take).
+    """
+
+    seq_len: int
+    documents: bool = False
+    dtype: str = "int64"
+
+    def __post_init__(self) -> None:
+        check_int("seq_len", self.seq_len, minimum=1)
+        check_bool("documents", self.documents)
+        if self.dtype not in OUTPUT_DTYPES:
+            raise ValueError(f"dtype must be one of {OUTPUT_DTYPES}, got {self.dtype!r}")
+
+    @property
+    def span(self) -> int:
+        """Stream tokens per sequence: ``seq_len + 1``."""
+        return self.seq_len + 1
+
+
+class TokenSource:
+    """Sequences of ``seq_len + 1`` tokens of one token dataset: a Loader source.
+
+    Units are sequence numbers. Each unit is ``{"tokens": row, "sequence": k}``, ``row`` a
+    read-only view into the run of sequences it was read with (no copy).
+
+    Args:
+        dataset: A token dataset (its index has a ``tokens`` section).
+        config: Sequence length and batch settings.
+
+    Raises:
+        ValueError: Not a token dataset, too few tokens for one sequence, or an output
+            dtype that cannot hold the dataset's largest id.
+    """
+
+    def __init__(self, dataset: ShardDataset, config: TokenConfig) -> None:
+        self.reader = TokenReader(dataset)
+        self.config = config
+        self.span = config.span
+        layout = self.reader.layout
+        self.sequences = self.reader.tokens // self.span
+        if not self.sequences:
+            raise ValueError(
+                f"{dataset.url}: {self.reader.tokens} tokens, fewer than one sequence of "
+                f"seq_len + 1 = {self.span}"
+            )
+        if layout.max_id > np.iinfo(np.dtype(config.dtype)).max:
+            raise ValueError(
+                f"{dataset.url}: token ids go up to {layout.max_id}, more than "
+                f"dtype={config.dtype!r} holds"
+            )
+
+    @property
+    def url(self) -> str:
+        return self.reader.dataset.url
+
+    @property
+    def datasets(self) -> list[ShardDataset]:
+        return [self.reader.dataset]
+
+    @property
+    def extra_fields(self) -> tuple[str, ...]:
+        return ()
+
+    @property
+    def shard_sizes(self) -> list[int]:
+        """One virtual shard of every sequence: blocks are runs of consecutive sequences."""
+        return [self.sequences]
+
+    @property
+    def tokens(self) -> int:
+        """Tokens in the stream."""
+        return self.reader.tokens
+
+    @property
+    def remainder_tokens(self) -> int:
+        """Tokens after the last whole sequence, never read."""
+        return self.reader.tokens - self.sequences * self.span
+
+    @property
+    def doc_starts(self) -> np.ndarray:
+        """Stream position of each document's first token, and the total at the end."""
+        return self.reader.doc_starts
+
+    def epoch_order(self, config: OrderConfig, epoch: int) -> EpochOrder:
+        return epoch_order(self.shard_sizes, config=config, epoch=epoch)
+
+    def units(self) -> int:
+        return self.sequences
+
+    def shuffled(self) -> bool:
+        # Sequences are independent enough: a sequence holds pieces of a few documents of a
+        # pack, a batch draws its sequences from a read group of several blocks far apart
+        # in the stream, and a wider window would only hold more memory (see docs/tokens.md).
+        return True
+
+    def unit_bytes(self) -> float:
+        return float(self.span * self.reader.layout.itemsize)
+
+    def nbytes(self, ids: Sequence[int]) -> int:
+        return len(ids) * self.span * self.reader.layout.itemsize
+
+    async def read_async(self, ids: Sequence[int]) -> list[dict[str, Any]]:
+        wanted = np.asarray(ids, dtype=np.int64)
+        if not len(wanted):
+            return []
+        unique = np.unique(wanted)
+        if unique[0] < 0 or unique[-1] >= self.sequences:
+            raise IndexError(f"{self.url}: sequence ids outside 0..{self.sequences - 1}")
+        # Consecutive sequences are one run of the stream: one ranged read each.
+        runs = np.split(unique, np.flatnonzero(np.diff(unique) != 1) + 1)
+        span = self.span
+        reads = await asyncio.gather(
+            *(self.reader.read_async(int(r[0]) * span, (int(r[-1]) + 1) * span) for r in runs)
+        )
+        found: dict[int, dict[str, Any]] = {}
+        for run, data in zip(runs, reads, strict=True):
+            rows = data.reshape(len(run), span)
+            for k, row in zip(run.tolist(), rows, strict=True):
+                found[k] = {"tokens": row, "sequence": k}
+        return [found[k] for k in wanted.tolist()]
+
+
+def token_block_size(unit_bytes: float) -> int:
+    """Sequences per block: one ranged read of about :data:`BLOCK_TARGET_BYTES` (no cap on
+    the count, unlike samples: sequences are small and always read together)."""
+    return max(1, round(BLOCK_TARGET_BYTES / max(unit_bytes, 1.0)))
+
+
+def token_order(order: OrderConfig | None, *, units: int, unit_bytes: float) -> OrderConfig:
+    """Order settings for sequences: unset ``block_size`` and ``group_blocks`` sized for
+    blocks of about 4 MB and read groups of about 16 MB (at least
+    :data:`~stoker.pipeline.plan.MIN_GROUPS` groups an epoch); the rest is left to
+    :func:`~stoker.pipeline.plan.resolve_order`."""
+    order = order or OrderConfig()
+    block_size = order.block_size or min(token_block_size(unit_bytes), max(1, units // MIN_GROUPS))
+    group_blocks = order.group_blocks
+    if group_blocks is None:
+        blocks = -(-units // block_size)
+        per_group = round(GROUP_TARGET_BYTES / (block_size * max(unit_bytes, 1.0)))
+        group_blocks = max(1, min(DEFAULT_GROUP_BLOCKS, blocks // MIN_GROUPS, per_group))
+    return replace(order, block_size=block_size, group_blocks=group_blocks)
+
+
+def document_boundaries(
+    starts: np.ndarray,
+    sources: np.ndarray,
+    doc_starts: Sequence[np.ndarray],
+    *,
+    seq_len: int,
+    flat: np.ndarray | None = None,
+) -> dict[str, Any]:
+    """Document boundaries of a batch of sequences' inputs, from the documents' starts.
+
+    Each row's inputs (stream tokens ``[start, start + seq_len)``) are cut into pieces:
+    the documents inside it, the first and last possibly cut by the row's ends.
+
+    Args:
+        starts: Stream position of each row's first token.
+        sources: Each row's stream, an index into ``doc_starts``.
+        doc_starts: Each stream's document starts (plus its total at the end).
+        seq_len: Tokens per row.
+        flat: ``arange(len(starts) * seq_len)``, if the caller keeps one.
+
+    Returns:
+        ``position_ids`` ``(N, seq_len)`` int64, counting from 0 at the start of each piece
+        (a row that starts inside a document counts from 0 there too, so 0 marks every
+        boundary, as packed-sequence attention expects); ``doc_lens``, a list of each row's
+        piece lengths (int32); ``cu_seqlens`` (int32), the pieces' offsets in the flattened
+        batch, from 0 to ``N * seq_len`` (FlashAttention's varlen form); ``max_seqlen``, the
+        longest piece.
+    """
+    rows = len(starts)
+    size = rows * seq_len
+    cuts = [np.arange(0, size, seq_len, dtype=np.int64)]  # every row starts a piece
+    streams = [0] if len(doc_starts) == 1 else np.unique(sources).tolist()
+    for k in streams:
+        mine = np.flatnonzero(sources == k) if len(doc_starts) > 1 else np.arange(rows)
+        docs = doc_starts[k]
+        # Documents starting strictly inside each row: docs[lo:hi].
+        lo = np.searchsorted(docs, starts[mine], side="right")
+        hi = np.searchsorted(docs, starts[mine] + seq_len, side="left")
+        counts = hi - lo
+        if not counts.sum():
+            continue
+        row = np.repeat(mine, counts)
+        within = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+        cuts.append(docs[np.repeat(lo, counts) + within] - starts[row] + row * seq_len)
+    first = np.sort(np.concatenate(cuts))
+    lengths = np.diff(np.append(first, size))
+    flat = np.arange(size, dtype=np.int64) if flat is None else flat
+    position_ids = (flat - np.repeat(first, lengths)).reshape(rows, seq_len)
+    bounds = [0, *np.searchsorted(first, np.arange(1, rows) * seq_len).tolist(), len(first)]
+    pieces = lengths.astype(np.int32)
+    return {
+        "position_ids": position_ids,
+        "doc_lens": [pieces[a:b] for a, b in itertools.pairwise(bounds)],
+        "cu_seqlens": np.append(first, size).astype(np.int32),
+        "max_seqlen": int(lengths.max()) if len(lengths) else 0,
+    }

@@ -1,0 +1,225 @@
+"""TokenLoader: sequences of a packed token stream, exactly once over ranks, resumable,
+mixed by tokens, with document boundaries from the index."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from stoker.format.token_writer import write_token_dataset
+from stoker.pipeline.config import SourceConfig
+from stoker.pipeline.loader import Loader
+from stoker.pipeline.mixing import MixConfig
+from stoker.pipeline.order import OrderConfig
+from stoker.pipeline.token_loader import TokenLoader
+from stoker.pipeline.world import World
+from stoker.storage.base import Store
+from stoker.storage.open import open_store
+
+SEQ_LEN = 31  # sequences of 32 tokens
+SPAN = SEQ_LEN + 1
+EOS = 1
+ORDER = OrderConfig(block_size=6)  # blocks of 6 sequences: many blocks, groups and runs
+
+
+def _documents(n: int, *, vocab: int, seed: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rng.integers(2, vocab, int(rng.integers(3, 120))) for _ in range(n)]
+
+
+def _pack(store: Store, docs: list[np.ndarray], dtype: str = "uint16") -> np.ndarray:
+    """Write ``docs`` as a token dataset (small shards, so runs cross them); return the
+    stream they make."""
+    keyed = [(f"doc{i:05d}", d) for i, d in enumerate(docs)]
+    write_token_dataset(store, keyed, dtype=np.dtype(dtype), eos_id=EOS, shard_tokens=1_500)
+    return np.concatenate([np.append(d, EOS) for d in docs])
+
+
+@pytest.fixture(scope="module")
+def packed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, np.ndarray, list[int]]:
+    path = tmp_path_factory.mktemp("tokens")
+    docs = _documents(160, vocab=60_000, seed=1)
+    stream = _pack(open_store(str(path)), docs)
+    return path, stream, [len(d) + 1 for d in docs]
+
+
+def _loader(path: Any, *, rank: int = 0, world_size: int = 1, **options: Any) -> TokenLoader:
+    options.setdefault("batch_size", 4)
+    options.setdefault("order", ORDER)
+    world = World(rank=rank, world_size=world_size)
+    return TokenLoader(path, seq_len=SEQ_LEN, seed=3, world=world, **options)
+
+
+def _check_rows(batch: dict[str, Any], stream: np.ndarray) -> None:
+    for k, inputs, labels in zip(batch["index"], batch["input_ids"], batch["labels"], strict=True):
+        sequence = stream[k * SPAN : (k + 1) * SPAN]
+        assert np.array_equal(inputs, sequence[:-1])
+        assert np.array_equal(labels, sequence[1:])
+
+
+def test_four_ranks_deliver_every_sequence_once_and_say_what_is_left_out(
+    packed: tuple[Path, np.ndarray, list[int]], caplog: pytest.LogCaptureFixture
+) -> None:
+    path, stream, _ = packed
+    sequences = len(stream) // SPAN
+    seen: list[np.ndarray] = []
+    counts = []
+    with caplog.at_level(logging.INFO, logger="stoker.pipeline.token_loader"):
+        loaders = [_loader(path, rank=r, world_size=4) for r in range(4)]
+    for loader in loaders:
+        batches = list(loader)
+        counts.append(len(batches))
+        for batch in batches:
+            assert batch["input_ids"].shape == batch["labels"].shape == (4, SEQ_LEN)
+            assert batch["input_ids"].dtype == np.int64
+            assert np.array_equal(batch["labels"][:, :-1], batch["input_ids"][:, 1:])
+            _check_rows(batch, stream)
+            seen.append(batch["index"])
+    delivered = np.concatenate(seen)
+    assert len(set(counts)) == 1  # equal steps on every rank
+    assert counts[0] == len(loaders[0])
+    assert len(np.unique(delivered)) == len(delivered)  # nothing twice
+    # Left out: the stream's tail, the sequences evening out 4 ranks, each rank's last
+    # partial batch; nothing else.
+    share = sequences // 4
+    left_out = len(stream) % SPAN + (sequences % 4 + 4 * (share % 4)) * SPAN
+    assert loaders[0].dropped_tokens == left_out == len(stream) - len(delivered) * SPAN
+    assert loaders[0].epoch_tokens == len(delivered) * SPAN
+    assert f"{left_out} tokens" in caplog.text
+    assert loaders[0].stats().samples == counts[0] * 4
+
+
+def test_resume_mid_epoch_is_exact_and_onto_three_ranks_covers_the_rest_once(
+    packed: tuple[Path, np.ndarray, list[int]],
+) -> None:
+    path, stream, _ = packed
+    whole = [[b["index"] for b in _loader(path, rank=r, world_size=4)] for r in range(4)]
+    states, consumed = [], []
+    for r in range(4):
+        loader = _loader(path, rank=r, world_size=4)
+        it = iter(loader)
+        consumed += [next(it)["index"] for _ in range(3)]
+        states.append(loader.state_dict())
+    assert all(s == states[0] for s in states)
+    assert set(states[0]) >= {"epoch", "batches", "seed", "world_size"}  # a few integers
+    for r in range(4):
+        resumed = _loader(path, rank=r, world_size=4)
+        resumed.load_state_dict(states[0])
+        rest = [b["index"] for b in resumed]
+        assert all(np.array_equal(a, b) for a, b in zip(rest, whole[r][3:], strict=True))
+        assert len(rest) == len(whole[r]) - 3
+    later = []
+    for r in range(3):
+        resumed = _loader(path, rank=r, world_size=3)
+        resumed.load_state_dict(states[0])
+        for batch in resumed:
+            _check_rows(batch, stream)
+            later.append(batch["index"])
+    before, after = np.concatenate(consumed), np.concatenate(later)
+    everything = np.concatenate([before, after])
+    assert len(np.unique(everything)) == len(everything)  # the rest, once, none again
+    left = len(stream) // SPAN - len(before)
+    # The rest less fewer than 3 sequences (evening out) and 3 partial batches of under 4.
+    assert left - len(after) <= (3 - 1) + 3 * (4 - 1)
+    assert len(after) % 3 == 0
+
+
+def test_a_70_30_mix_holds_its_token_shares_over_an_epoch_and_resumes(tmp_path: Path) -> None:
+    big = _pack(open_store(str(tmp_path / "web")), _documents(200, vocab=60_000, seed=2))
+    small = _pack(
+        open_store(str(tmp_path / "code")), _documents(120, vocab=100_000, seed=3), "uint32"
+    )
+    source = SourceConfig(
+        [str(tmp_path / "web"), str(tmp_path / "code")], mix=MixConfig(weights=(0.7, 0.3))
+    )
+
+    def loader() -> TokenLoader:
+        return TokenLoader(source, seq_len=SEQ_LEN, batch_size=8, seed=5)
+
+    batches = list(loader())
+    tokens = np.zeros(2)
+    rows = [
+        {tuple(s[n * SPAN : n * SPAN + SEQ_LEN].tolist()) for n in range(len(s) // SPAN)}
+        for s in (big, small)
+    ]
+    for batch in batches:
+        for inputs, origin in zip(batch["input_ids"], batch["source"], strict=True):
+            tokens[origin] += SPAN
+            assert tuple(inputs.tolist()) in rows[origin], f"not a sequence of source {origin}"
+    assert abs(tokens[0] / tokens.sum() - 0.7) < 0.01
+    assert tokens.sum() > 0.9 * loader().stream_tokens
+    interrupted = loader()
+    it = iter(interrupted)
+    for _ in range(5):
+        next(it)
+    resumed = loader()
+    resumed.load_state_dict(interrupted.state_dict())
+    rest = list(resumed)
+    assert len(rest) == len(batches) - 5
+    for a, b in zip(rest, batches[5:], strict=True):
+        assert np.array_equal(a["index"], b["index"])
+        assert np.array_equal(a["source"], b["source"])
+        assert np.array_equal(a["input_ids"], b["input_ids"])
+
+
+def test_document_boundaries_match_the_original_documents(
+    packed: tuple[Path, np.ndarray, list[int]],
+) -> None:
+    path, _, lengths = packed
+    starts = np.concatenate([[0], np.cumsum(lengths)])
+    loader = _loader(path, documents=True, batch_size=5)
+    checked = 0
+    for batch in loader:
+        flat: list[int] = []
+        for row, k in enumerate(batch["index"].tolist()):
+            begin, end = k * SPAN, k * SPAN + SEQ_LEN
+            # The documents' pieces inside [begin, end), from their lengths alone.
+            cuts = [begin, *(s for s in starts.tolist() if begin < s < end), end]
+            pieces = np.diff(cuts)
+            assert np.array_equal(batch["doc_lens"][row], pieces)
+            positions = np.concatenate([np.arange(p) for p in pieces])
+            assert np.array_equal(batch["position_ids"][row], positions)
+            flat += pieces.tolist()
+            checked += len(pieces) > 1
+        assert batch["cu_seqlens"].dtype == np.int32
+        assert np.array_equal(batch["cu_seqlens"], np.concatenate([[0], np.cumsum(flat)]))
+        assert batch["max_seqlen"] == max(flat)
+    assert checked > 20  # many rows cross a document boundary
+
+
+def test_from_a_seaweedfs_bucket_as_from_a_local_path(
+    s3_bucket: Any, packed: tuple[Path, np.ndarray, list[int]]
+) -> None:
+    path, stream, _ = packed
+    docs = _documents(160, vocab=60_000, seed=1)  # the same documents, in the bucket
+    _pack(s3_bucket.store("tokens"), docs)
+    remote = _loader(f"{s3_bucket.url}/tokens", storage_options=s3_bucket.options())
+    local = list(_loader(path))
+    remote_batches = list(remote)
+    assert len(remote_batches) == len(local) > 0
+    for a, b in zip(remote_batches, local, strict=True):
+        assert np.array_equal(a["input_ids"], b["input_ids"])
+        _check_rows(a, stream)
+    assert remote.stats().requests["requests.get"] < len(local)  # runs, not sequences
+
+
+def test_settings_and_datasets_that_do_not_fit_are_refused_by_name(
+    packed: tuple[Path, np.ndarray, list[int]], tmp_path: Path
+) -> None:
+    path, _, _ = packed
+    with pytest.raises(ValueError, match=r"is a token dataset: read it with stoker\.TokenLoader"):
+        Loader(str(path), batch_size=2)
+    wide = tmp_path / "wide"
+    _pack(open_store(str(wide)), _documents(20, vocab=100_000, seed=4), "uint32")
+    with pytest.raises(ValueError, match="more than dtype='uint16' holds"):
+        _loader(wide, dtype="uint16")
+    with pytest.raises(ValueError, match="fewer than one sequence"):
+        TokenLoader(path, seq_len=10**7, batch_size=1)
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        TokenLoader(path, seq_len=8, batch_size=1, dtype="float32")
+    narrow = _loader(path, dtype="int32")
+    assert next(iter(narrow))["input_ids"].dtype == np.int32
