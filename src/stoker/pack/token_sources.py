@@ -242,6 +242,8 @@ def read_documents(
         except (SourceError, ValueError) as exc:
             return Item(key, f.location, problem=str(exc))
 
+    if files and is_remote(files[0].location):
+        reader.store_for(files[0].location)  # opened once, before the threads race to it
     yield from ordered_map(load, files, workers=workers)
 
 
