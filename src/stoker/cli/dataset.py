@@ -357,12 +357,16 @@ def _pack_tokens(
         return
     using = f" with {report.tokenizer}" if report.tokenizer else ""
     click.echo(f"Read {report.source}{using}.")
-    order = "input order" if report.shuffle_seed is None else f"seed {report.shuffle_seed}"
+    order = (
+        "in the input's order"
+        if report.shuffle_seed is None
+        else f"shuffled by seed {report.shuffle_seed}"
+    )
     eos = "" if report.eos_id is None else f", end-of-text id {report.eos_id} after each"
     click.echo(
         f"Packed {report.documents:,} documents, {report.tokens:,} tokens ({report.dtype}"
         f"{eos}; largest id {report.max_id:,}) into {report.shards} shards at "
-        f"{report.destination} in {report.seconds:.1f} s, documents in the order of {order}; "
+        f"{report.destination} in {report.seconds:.1f} s, documents {order}; "
         f"read {format_bytes(report.bytes_in)}, wrote {format_bytes(report.bytes_out)}."
     )
     if report.skipped:
