@@ -1,0 +1,79 @@
+"""JaxTokenLoader: global arrays sharded over two CPU devices, equal to the TokenLoader's.
+
+JAX runs in a child process (this file, run as a script), as in test_jax.py: once JAX has
+started it warns on every later ``os.fork()`` of the test process.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from stoker.format.token_writer import write_token_dataset
+from stoker.pipeline.order import OrderConfig
+from stoker.pipeline.token_loader import TokenLoader
+from stoker.storage.open import open_store
+
+OPTIONS: dict[str, Any] = {
+    "seq_len": 15,
+    "batch_size": 4,
+    "seed": 1,
+    "documents": True,
+    "order": OrderConfig(block_size=5),
+}
+FIELDS = ("input_ids", "labels", "position_ids", "index")
+
+
+def child(url: str, out: Path) -> None:
+    import jax
+
+    jax.config.update("jax_num_cpu_devices", 2)  # before JAX starts
+    from stoker.integrations.jax_tokens import JaxTokenLoader
+
+    loader = JaxTokenLoader(url, **OPTIONS)
+    batches = list(loader)
+    first = batches[0]
+    facts = {
+        "devices": jax.device_count(),
+        "global": all(isinstance(first[n], jax.Array) for n in FIELDS),
+        "shards": sorted(len(first[n].addressable_shards) for n in FIELDS),
+        "host": [type(first[n]).__name__ for n in ("cu_seqlens", "doc_lens", "max_seqlen")],
+        "dtype": str(first["input_ids"].dtype),
+    }
+    out.with_suffix(".json").write_text(json.dumps(facts))
+    arrays = {n: np.stack([np.asarray(b[n]) for b in batches]) for n in FIELDS}
+    np.savez(out.with_suffix(".npz"), **arrays)
+
+
+def test_batches_are_sharded_over_devices_and_equal_the_token_loaders(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    docs = [(f"d{i}", rng.integers(0, 30_000, int(rng.integers(2, 40)))) for i in range(120)]
+    write_token_dataset(open_store(str(tmp_path)), docs, dtype=np.dtype("uint16"), eos_id=0)
+    out = tmp_path / "seen"
+    run = subprocess.run(
+        [sys.executable, __file__, str(tmp_path), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    facts = json.loads(out.with_suffix(".json").read_text())
+    assert facts["devices"] == 2
+    assert facts["global"]
+    assert facts["shards"] == [2, 2, 2, 2]
+    assert facts["host"] == ["ndarray", "list", "int"]
+    assert facts["dtype"] == "int32"
+    expected = list(TokenLoader(tmp_path, dtype="int32", **OPTIONS))
+    seen = np.load(out.with_suffix(".npz"))
+    for name in FIELDS:
+        assert np.array_equal(seen[name], np.stack([b[name] for b in expected]))
+
+
+if __name__ == "__main__":
+    child(sys.argv[1], Path(sys.argv[2]))
