@@ -290,3 +290,36 @@ def test_a_bucket_folder_of_documents_packs_into_a_bucket(s3_bucket: Any) -> Non
     by_key = {f"shard{i % 2}/{i:02d}": d for i, d in enumerate(docs)}
     assert np.array_equal(stream, _expected(by_key, keys, 0))
     assert report.requests["source"]["requests.get"] >= 21
+
+
+def test_bucket_text_jsonl_in_small_chunks_and_parquet(
+    s3_bucket: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from stoker.pack import token_sources
+
+    monkeypatch.setattr(token_sources, "JSONL_CHUNK_BYTES", 7)  # lines cut across reads
+    texts = ["first text", "", "второй", "the third, longer than a chunk"]
+    store = s3_bucket.store()
+    store.put("j/a.jsonl", "\n".join(json.dumps({"text": t}) for t in texts).encode())
+    out = io.BytesIO()
+    pq.write_table(pa.table({"text": texts}), out)
+    store.put("p/b.parquet", out.getvalue())
+    options = s3_bucket.options()
+    for name, key in [("j", "a_{:08d}"), ("p", "b_{:08d}")]:
+        pack_tokens(
+            f"{s3_bucket.url}/{name}",
+            f"{s3_bucket.url}/{name}-ds",
+            tokenizer=_bytes_tokenizer,
+            config=TokenPackConfig(on_error="skip", eos_id=300),
+            storage_options=options,
+        )
+        stream, keys, _ = _stream(f"{s3_bucket.url}/{name}-ds", storage_options=options)
+        first = 1 if name == "j" else 0  # JSONL lines count from 1, Parquet rows from 0
+        by_key = {
+            key.format(n + first): np.array(_bytes_tokenizer(t)) for n, t in enumerate(texts) if t
+        }
+        assert np.array_equal(stream, _expected(by_key, keys, 300))
+        assert sorted(keys) == sorted(by_key)
