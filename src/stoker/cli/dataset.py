@@ -284,28 +284,33 @@ def pack_command(
             click.echo(f"  {item['source']}: {item['reason']}", err=True)
 
 
-_TOKEN_OPTIONS = ("offsets", "bin_dtype", "text_field", "tokenizer", "vocab_size", "eos_id")
-_IMAGE_OPTIONS = (
-    "source_format",
-    "samples_per_shard",
-    "resize_shorter",
-    "max_side",
-    "quality",
-    "max_pixels",
-    "engine",
-    "prefixes",
-    "class_names",
-    "allow_outside_list",
-)
+#: Options of one kind of pack only, by parameter name, with their flags.
+_TOKEN_OPTIONS = {
+    "offsets": "--offsets",
+    "bin_dtype": "--bin-dtype",
+    "text_field": "--text-field",
+    "tokenizer": "--tokenizer",
+    "vocab_size": "--vocab-size",
+    "eos_id": "--eos-id",
+}
+_IMAGE_OPTIONS = {
+    "source_format": "--format",
+    "samples_per_shard": "--samples-per-shard",
+    "resize_shorter": "--resize",
+    "max_side": "--max-side",
+    "quality": "--quality",
+    "max_pixels": "--max-pixels",
+    "engine": "--engine",
+    "prefixes": "--prefixes",
+    "class_names": "--class-name",
+    "allow_outside_list": "--allow-outside-list",
+}
 
 
 def _check_pack_options(ctx: click.Context, tokens: bool) -> None:
     """Refuse options of the other kind of pack, so that none is silently ignored."""
-    for name in _IMAGE_OPTIONS if tokens else _TOKEN_OPTIONS:
+    for name, flag in (_IMAGE_OPTIONS if tokens else _TOKEN_OPTIONS).items():
         if ctx.get_parameter_source(name) not in (None, click.core.ParameterSource.DEFAULT):
-            flag = "--" + {"source_format": "format", "resize_shorter": "resize"}.get(
-                name, name.removesuffix("s") if name == "class_names" else name
-            ).replace("_", "-")
             raise click.UsageError(
                 f"{flag} does not apply to a token pack"
                 if tokens
