@@ -370,7 +370,7 @@ def _pack_tokens(
     eos = "" if report.eos_id is None else f", end-of-text id {report.eos_id} after each"
     click.echo(
         f"Packed {report.documents:,} documents, {report.tokens:,} tokens ({report.dtype}"
-        f"{eos}; largest id {report.max_id:,}) into {report.shards} shards at "
+        f"{eos}; largest id {report.max_id:,}) into {_count(report.shards, 'shard')} at "
         f"{report.destination} in {report.seconds:.1f} s, documents {order}; "
         f"read {format_bytes(report.bytes_in)}, wrote {format_bytes(report.bytes_out)}."
     )
@@ -482,6 +482,10 @@ def inspect_command(
         console.print(f"... and {len(dataset.shards) - 50} more shards (--json lists all)")
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
 def _inspect_tokens(summary: TokenSummary, *, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(summary.to_dict(), indent=2))
@@ -491,7 +495,7 @@ def _inspect_tokens(summary: TokenSummary, *, as_json: bool) -> None:
     eos = "none" if summary.eos_id is None else f"{summary.eos_id} (after each document)"
     console.print(
         f"[bold]{printable(summary.url)}[/]: token dataset, {summary.tokens:,} tokens in "
-        f"{summary.documents:,} documents, {len(summary.shards)} shards, "
+        f"{summary.documents:,} documents, {_count(len(summary.shards), 'shard')}, "
         f"{format_bytes(summary.bytes)}; {summary.skipped} inputs skipped at pack time",
         highlight=False,
     )
