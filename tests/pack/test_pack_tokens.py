@@ -180,6 +180,15 @@ def test_concatenated_tokens_are_cut_at_their_offsets(tmp_path: Path) -> None:
         pack_tokens(tmp_path / "train.npy", tmp_path / "ds3", offsets=tmp_path / "short.npy")
     with pytest.raises(ValueError, match="--offsets"):
         pack_tokens(tmp_path / "train.npy", tmp_path / "ds4")
+    # Raw concatenated ids: the same documents.
+    (tmp_path / "train.bin").write_bytes(tokens.astype("<i8").tobytes())
+    config = TokenPackConfig(bin_dtype="int64", shuffle_seed=None)
+    pack_tokens(
+        tmp_path / "train.bin", tmp_path / "ds5", offsets=tmp_path / "offsets.npy", config=config
+    )
+    stream, keys, _ = _stream(tmp_path / "ds5")
+    assert keys == sorted(by_key)
+    assert np.array_equal(stream, _expected(by_key, keys, None))
 
 
 def _bytes_tokenizer(text: str) -> list[int]:
@@ -292,7 +301,7 @@ def test_a_bucket_folder_of_documents_packs_into_a_bucket(s3_bucket: Any) -> Non
     assert report.requests["source"]["requests.get"] >= 21
 
 
-def test_bucket_text_jsonl_in_small_chunks_and_parquet(
+def test_bucket_jsonl_in_small_chunks_parquet_and_concatenated_tokens(
     s3_bucket: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import pyarrow as pa
@@ -307,6 +316,9 @@ def test_bucket_text_jsonl_in_small_chunks_and_parquet(
     out = io.BytesIO()
     pq.write_table(pa.table({"text": texts}), out)
     store.put("p/b.parquet", out.getvalue())
+    docs = _docs(5, seed=4)
+    store.put("c/cat.npy", _npy(np.concatenate(docs)))
+    store.put("c/_offsets.npy", _npy(np.cumsum([0, *map(len, docs)])))
     options = s3_bucket.options()
     for name, key in [("j", "a_{:08d}"), ("p", "b_{:08d}")]:
         pack_tokens(
@@ -323,3 +335,12 @@ def test_bucket_text_jsonl_in_small_chunks_and_parquet(
         }
         assert np.array_equal(stream, _expected(by_key, keys, 300))
         assert sorted(keys) == sorted(by_key)
+    pack_tokens(
+        f"{s3_bucket.url}/c/cat.npy",
+        f"{s3_bucket.url}/c-ds",
+        offsets=f"{s3_bucket.url}/c/_offsets.npy",
+        storage_options=options,
+    )
+    stream, keys, _ = _stream(f"{s3_bucket.url}/c-ds", storage_options=options)
+    by_key = {f"cat_{n:08d}": d for n, d in enumerate(docs)}
+    assert np.array_equal(stream, _expected(by_key, keys, None))
