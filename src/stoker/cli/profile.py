@@ -6,6 +6,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 import click
+from click.core import ParameterSource
 
 from stoker.cli.common import handle_errors, with_options
 from stoker.cli.common import storage_options as _storage
@@ -13,6 +14,10 @@ from stoker.cli.compare import run_compare
 from stoker.cli.params import FiniteFloat
 from stoker.core.units import format_bytes
 from stoker.profile.doctor import MAX_STEP_S
+
+#: Batch sizes when --batch-size is not given: images, and token sequences (bench --seq-len).
+IMAGE_BATCH = 256
+TOKEN_BATCH = 8
 
 if TYPE_CHECKING:
     from stoker.format.reader import ShardDataset
@@ -60,9 +65,8 @@ _with_loader_options = with_options(
         click.option(
             "--batch-size",
             type=click.IntRange(1),
-            default=256,
-            show_default=True,
-            help="Samples per batch.",
+            help=f"Samples per batch [default: {IMAGE_BATCH}; with bench --seq-len, "
+            f"{TOKEN_BATCH} sequences].",
         ),
         click.option("--batches", type=click.IntRange(1), help="Run only this many batches."),
         click.option(
@@ -218,13 +222,19 @@ def show_command(
     "every request (and 1 Gbit/s), so a server on this machine shows what a remote bucket "
     "costs. Needs --endpoint-url of a server on a loopback address.",
 )
+@click.option(
+    "--seq-len",
+    type=click.IntRange(1),
+    help="URL is a token dataset: run the TokenLoader with sequences of this many tokens "
+    "and report tokens/s, GETs and bytes read per byte of tokens delivered.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context
 @handle_errors
 def bench_command(
     ctx: click.Context,
     url: str,
-    batch_size: int,
+    batch_size: int | None,
     batches: int | None,
     threads: int | None,
     prefetch: int | None,
@@ -239,6 +249,7 @@ def bench_command(
     keep_packed: bool,
     out: str,
     rtt_ms: float | None,
+    seq_len: int | None,
     as_json: bool,
 ) -> None:
     """Run the loader over URL (one epoch, or --batches) and report its speed.
@@ -250,6 +261,13 @@ def bench_command(
     URL is a packed dataset, or a folder of class folders of images (a bucket prefix or a
     local directory) streamed as it is, one GET per image (`stoker pack` makes it faster).
 
+    With --seq-len, URL is a token dataset (`stoker pack --tokens`): the TokenLoader cuts
+    its stream into sequences of --seq-len + 1 tokens, and the report gives tokens/s (of
+    input_ids), time to first batch, CPU seconds per billion tokens, GETs, and bytes read
+    per byte of tokens delivered (1.00 when nothing is read twice), e.g.
+
+        stoker bench s3://b/tokens --seq-len 2048 --batch-size 8
+
     With --compare, URL is a folder of small images instead, and the four usual ways to
     train on it are timed to the first batch and to the end of one epoch, with the same
     decoding: (a) download one by one, then train; (b) download in parallel, then train;
@@ -260,6 +278,26 @@ def bench_command(
 
         stoker --endpoint-url http://127.0.0.1:8333 bench --compare --rtt-ms 20 s3://b/images
     """
+    if seq_len is not None:
+        if compare or rtt_ms is not None or threads is not None:
+            raise click.UsageError("--seq-len takes no --compare, --rtt-ms or --threads")
+        for name in ("size", "transform_kind"):
+            if ctx.get_parameter_source(name) is not ParameterSource.DEFAULT:
+                raise click.UsageError("--seq-len takes no --size or --transform: tokens")
+        _bench_tokens(
+            ctx,
+            url,
+            seq_len=seq_len,
+            batch_size=batch_size or TOKEN_BATCH,
+            batches=batches,
+            seed=seed,
+            prefetch=prefetch,
+            block_size=block_size,
+            cache_dir=cache_dir,
+            as_json=as_json,
+        )
+        return
+    batch_size = batch_size or IMAGE_BATCH
     if compare:
         fixed = (batches, cache_dir, prefetch, block_size)
         if any(v is not None for v in fixed) or transform_kind != "random-resized-crop":
@@ -287,18 +325,24 @@ def bench_command(
     from stoker.pipeline.quality import shuffle_quality
     from stoker.profile.bench import bench_loader
 
-    with _open_loader(
-        ctx,
-        url,
-        batch_size=batch_size,
-        seed=seed,
-        transform_kind=transform_kind,
-        size=size,
-        threads=threads,
-        prefetch=prefetch,
-        block_size=block_size,
-        cache_dir=cache_dir,
-    ) as loader:
+    try:
+        opened = _open_loader(
+            ctx,
+            url,
+            batch_size=batch_size,
+            seed=seed,
+            transform_kind=transform_kind,
+            size=size,
+            threads=threads,
+            prefetch=prefetch,
+            block_size=block_size,
+            cache_dir=cache_dir,
+        )
+    except ValueError as exc:
+        if "is a token dataset" in str(exc):
+            raise click.UsageError(f"{exc}; to bench it, give --seq-len") from exc
+        raise
+    with opened as loader:
         result = bench_loader(loader, max_batches=batches)
         shard_sizes, order = _order_model(loader)
         quality = shuffle_quality(shard_sizes, config=order, batch_size=batch_size)
@@ -326,6 +370,43 @@ def bench_command(
         f"Shuffle: neighbours {quality.mean_neighbour_distance:.3f} of the dataset apart "
         f"(random: ~0.333), {quality.mean_shards_per_batch:.1f} shards per batch; {epoch}."
     )
+
+
+def _bench_tokens(
+    ctx: click.Context,
+    url: str,
+    *,
+    seq_len: int,
+    batch_size: int,
+    batches: int | None,
+    seed: int,
+    prefetch: int | None,
+    block_size: int | None,
+    cache_dir: str | None,
+    as_json: bool,
+) -> None:
+    """``bench --seq-len``: the TokenLoader over a token dataset."""
+    from stoker.pipeline.config import CacheConfig
+    from stoker.pipeline.order import OrderConfig
+    from stoker.pipeline.token_loader import TokenLoader
+    from stoker.profile.token_bench import bench_tokens, format_token_bench
+
+    loader = TokenLoader(
+        url,
+        seq_len=seq_len,
+        batch_size=batch_size,
+        seed=seed,
+        order=OrderConfig(block_size=block_size) if block_size is not None else None,
+        prefetch=prefetch or "auto",
+        cache=CacheConfig(dir=cache_dir),
+        storage_options=_storage(ctx),
+    )
+    with loader:  # ``as`` would give the Loader type, and bench_tokens takes a TokenLoader
+        result = bench_tokens(loader, max_batches=batches)
+    if as_json:
+        click.echo(json.dumps(result.to_dict(), indent=2))
+        return
+    click.echo(format_token_bench(result))
 
 
 @click.command("doctor")
@@ -370,7 +451,7 @@ def doctor_command(
     ctx: click.Context,
     url: str,
     step_ms: float,
-    batch_size: int,
+    batch_size: int | None,
     seconds: float,
     batches: int | None,
     threads: int | None,
@@ -405,7 +486,7 @@ def doctor_command(
     with _open_loader(
         ctx,
         url,
-        batch_size=batch_size,
+        batch_size=batch_size or IMAGE_BATCH,
         seed=seed,
         transform_kind=transform_kind,
         size=size,
