@@ -141,6 +141,10 @@ def test_bad_documents_are_named_or_skipped_and_listed(tmp_path: Path) -> None:
     ):
         pack_tokens(tmp_path / "in", tmp_path / "ds", config=config)
     assert not (tmp_path / "ds" / "index.json").exists()
+    with pytest.raises(ValueError, match="eos id 900 is outside the vocabulary of 900"):
+        pack_tokens(
+            tmp_path / "in", tmp_path / "ds1", config=TokenPackConfig(vocab_size=900, eos_id=900)
+        )
     config = TokenPackConfig(vocab_size=900, on_error="skip", eos_id=5)
     report = pack_tokens(tmp_path / "in", tmp_path / "ds2", config=config)
     skipped = {s["key"]: s for s in report.skipped}
