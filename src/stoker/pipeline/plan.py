@@ -181,7 +181,8 @@ class EpochPlan:
         batches: The rank's epoch cut into batches (every worker's), as sample ids.
         mine: Numbers of the batches this worker makes, in order, from the resume point.
         chunks: The samples of ``mine``'s batches in fetch order, cut into the pieces
-            fetched at once (one read group each, so a block is requested once).
+            fetched at once: this worker's samples of one read group each, so a block is
+            requested once per worker and epoch.
         padded: Samples the rank's share repeats to even out the ranks.
         epoch_padded: Samples the epoch repeats over all ranks (fewer than the ranks).
     """
@@ -235,20 +236,18 @@ def plan_epoch(
     # Counted from the resume point: a DataLoader asks its workers in turn, worker 0 first,
     # so worker 0 must hold the next batch whatever the position is.
     mine = list(range(position + world.worker, len(batches), world.num_workers))
-    if world.num_workers > 1:
-        chunks = [batches[b] for b in mine]
-    elif not mine:
-        chunks = []
-    else:
-        # One chunk per read group, in the order the groups are first needed, so each block
-        # is fetched whole, once (a group's samples may be spread over a window of batches).
-        first = mine[0] * batch_size
-        end = first + sum(len(batches[b]) for b in mine)
-        chunks = [
-            piece[i : i + group_samples]
-            for piece in _by_group(samples[first:end], share.groups[first:end])
-            for i in range(0, len(piece), group_samples)
-        ]
+    # One chunk per read group, in the order the groups are first needed, of this worker's
+    # samples only: each block (each disk-cache page) this worker needs is fetched once per
+    # epoch, not once per batch that touches it (a group's samples are spread over several
+    # batches, and with workers over several workers' batches).
+    starts = np.arange(0, len(samples), batch_size)
+    positions = [np.arange(starts[b], starts[b] + len(batches[b])) for b in mine]
+    at = np.concatenate(positions) if positions else np.zeros(0, dtype=np.int64)
+    chunks = [
+        piece[i : i + group_samples]
+        for piece in _by_group(samples[at], share.groups[at])
+        for i in range(0, len(piece), group_samples)
+    ]
     return EpochPlan(batches, mine, chunks, share.padded, share.epoch_padded)
 
 
