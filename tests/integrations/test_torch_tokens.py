@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -15,7 +16,7 @@ from stoker.pipeline.token_loader import TokenLoader
 from stoker.storage.open import open_store
 
 SEQ_LEN = 15
-OPTIONS = {"seq_len": SEQ_LEN, "batch_size": 3, "seed": 2, "order": OrderConfig(block_size=5)}
+OPTIONS: dict[str, Any] = {"seq_len": SEQ_LEN, "batch_size": 3, "seed": 2, "order": OrderConfig(block_size=5)}
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +29,7 @@ def tokens(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_batches_are_tensors_equal_to_the_token_loaders(tokens: Path) -> None:
-    expected = list(TokenLoader(tokens, documents=True, **OPTIONS))  # type: ignore[arg-type]
+    expected = list(TokenLoader(tokens, documents=True, **OPTIONS))
     loader = TorchTokenLoader(tokens, documents=True, device="cpu", **OPTIONS)
     got = list(loader)
     assert len(got) == len(expected) == len(loader) > 3
