@@ -16,7 +16,12 @@ from stoker.pipeline.token_loader import TokenLoader
 from stoker.storage.open import open_store
 
 SEQ_LEN = 15
-OPTIONS: dict[str, Any] = {"seq_len": SEQ_LEN, "batch_size": 3, "seed": 2, "order": OrderConfig(block_size=5)}
+OPTIONS: dict[str, Any] = {
+    "seq_len": SEQ_LEN,
+    "batch_size": 3,
+    "seed": 2,
+    "order": OrderConfig(block_size=5),
+}
 
 
 @pytest.fixture(scope="module")
