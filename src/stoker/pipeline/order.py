@@ -14,9 +14,11 @@ A group is read with one ranged request per block, and a batch mixes samples of 
 written in random order (``stoker pack`` shuffles by default), not when they are sorted by
 class: then each rank also mixes its piece of the stream through a sliding *window* of
 ``window`` read groups. Each group's samples are spread at random over a stretch of the
-rank's stream ``window`` groups long (the first ``window`` groups over the start, like a
-shuffle buffer filling), so a batch draws from about ``window`` groups at once while each
-block is still read once, whole, and held only while its samples are being delivered.
+rank's stream ``window`` groups long, so a batch draws from about ``window`` groups at once
+while each block is still read once, whole, and held only while its samples are being
+delivered. Like a shuffle buffer that starts delivering early, the window starts small
+(the first batch draws from ``window / WINDOW_START_DIVISOR`` groups, so it waits for those
+only) and widens by half a group with each group until it holds ``window``.
 ``mode="random"`` is a full permutation (one request per sample); ``mode="none"`` keeps the
 packed order.
 
@@ -47,6 +49,13 @@ ShuffleMode = Literal["blocks", "random", "none"]
 #: Loader derives them from the data.
 DEFAULT_BLOCK_SIZE = 64
 DEFAULT_GROUP_BLOCKS = 16
+#: A window of read groups starts this many times narrower: the first batch waits for
+#: ``window / WINDOW_START_DIVISOR`` groups to arrive rather than for the whole window.
+WINDOW_START_DIVISOR = 8
+#: Groups it takes the window to widen by one (each new group widens it by the inverse):
+#: while it widens, the store delivers ``1 + 1 / WINDOW_GROWTH_GROUPS`` groups per group
+#: consumed.
+WINDOW_GROWTH_GROUPS = 2
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -294,20 +303,27 @@ def assign(
 def _mix_window(
     samples: np.ndarray, groups: np.ndarray, window: int, rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Mix a rank's piece through a sliding window of ``window`` read groups.
+    """Mix a rank's piece through a sliding window of up to ``window`` read groups.
 
-    Group ``g`` (numbered along the piece) spreads its samples uniformly over the stretch
-    ``[g - window + 1, g + 1)`` of a time line (the first ``window`` groups all over
-    ``[0, window)``, as a shuffle buffer fills), and the piece is sorted by time. At any
-    point about ``window`` groups are being delivered, so a batch draws from that many;
-    a group is first needed at its stretch's start and done at its end.
+    Group ``g`` (numbered along the piece) spreads its samples uniformly over a stretch of a
+    time line that ends at ``g + 1`` and is ``width(g)`` long, and the piece is sorted by
+    time. The first ``start = ceil(window / WINDOW_START_DIVISOR)`` groups all spread over
+    ``[0, start)`` (a small shuffle buffer filling); later stretches widen by
+    ``1 / WINDOW_GROWTH_GROUPS`` per group up to ``window``. At any point about
+    ``width`` groups are being delivered, so a batch draws from that many; a group is first
+    needed at its stretch's start and done at its end, so the first batch waits for
+    ``start`` groups, not ``window``.
     """
     count = int(groups[-1]) + 1
-    jitter = rng.random(len(samples)) * window
-    if count <= window:  # the whole piece fits in the window: a plain permutation
+    start = max(1, -(-window // WINDOW_START_DIVISOR))
+    jitter = rng.random(len(samples))
+    if count <= start:  # the whole piece fits in the first window: a plain permutation
         time = jitter
     else:
-        time = np.where(groups < window, jitter, groups - window + 1 + jitter)
+        g = groups.astype(np.float64)
+        width = np.minimum(window, start + np.maximum(0.0, g + 1 - start) / WINDOW_GROWTH_GROUPS)
+        end = np.maximum(g + 1, start)
+        time = end - width + jitter * width
     by_time = np.argsort(time, kind="stable")
     mixed, groups = samples[by_time], groups[by_time]
     # Renumber the groups in the order they are first needed.
