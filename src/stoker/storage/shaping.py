@@ -140,8 +140,12 @@ class PrefixShaper:
         #: When the last throttle came; -inf: never.
         self.throttled_at = -float("inf")
         self._on_first_throttle = on_first_throttle
+        #: Requests that waited for a token of the shaped rate, and the seconds they did.
         self.waits = 0
         self.wait_s = 0.0
+        #: Requests that waited for room in the slow-start window, and the seconds they did.
+        self.window_waits = 0
+        self.window_wait_s = 0.0
         self._clock = clock
         self._rng = rng or random.Random()
         self._rate: float | None = None  # the adaptive rate; None until the first throttle
@@ -176,12 +180,18 @@ class PrefixShaper:
 
     async def acquire(self) -> tuple[float, float]:
         """Wait for room in the window and a token; return the time the request may be sent
-        (for :meth:`throttled`) and the seconds waited. Call :meth:`release` when the
-        request is done, however it ends."""
+        (for :meth:`throttled`) and the seconds waited for the token: the shaped rate's
+        wait (after a throttle, or under a cap), which the store counts as
+        ``shaping.wait_ms``. The wait for room in the slow-start window is queueing, as
+        for an I/O slot, and is counted apart (:attr:`window_waits`,
+        :attr:`window_wait_s`). Call :meth:`release` when the request is done, however it
+        ends."""
         start = self._clock()
-        await self._enter_window()
+        if await self._enter_window():
+            self.window_waits += 1
+            self.window_wait_s += self._clock() - start
         try:
-            return await self.take_token(start)
+            return await self.take_token()
         except BaseException:
             self.release()
             raise
@@ -189,6 +199,8 @@ class PrefixShaper:
     async def take_token(self, start: float | None = None) -> tuple[float, float]:
         """Wait for a token alone (the request already holds its place in the window)."""
         now = start = self._clock() if start is None else start
+        if self.rate is None:  # no shaped rate: no wait (not the clock's few microseconds)
+            return now, 0.0
         if self.rate is not None:
             async with self._lock:
                 while (rate := self.rate) is not None:
@@ -207,8 +219,11 @@ class PrefixShaper:
             self.wait_s += waited
         return now, waited
 
-    async def _enter_window(self) -> None:
+    async def _enter_window(self) -> bool:
+        """Take a place in the window; whether that meant waiting for one."""
+        waited = False
         while self._window is not None and self._in_flight >= self._window:
+            waited = True
             waiter = asyncio.get_running_loop().create_future()
             self._waiters.append(waiter)
             try:
@@ -219,6 +234,7 @@ class PrefixShaper:
                         self._waiters.remove(waiter)
                 self._wake()  # pass a wake-up on if this waiter was cancelled
         self._in_flight += 1
+        return waited
 
     def release(self) -> None:
         """A request that :meth:`acquire` let through is done."""
