@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from stoker.format.token_writer import write_token_dataset
-from stoker.pipeline.config import SourceConfig
+from stoker.pipeline.config import CacheConfig, SourceConfig
 from stoker.pipeline.loader import Loader
 from stoker.pipeline.mixing import MixConfig
 from stoker.pipeline.order import OrderConfig
@@ -223,3 +223,30 @@ def test_settings_and_datasets_that_do_not_fit_are_refused_by_name(
         TokenLoader(path, seq_len=8, batch_size=1, dtype="float32")
     narrow = _loader(path, dtype="int32")
     assert next(iter(narrow))["input_ids"].dtype == np.int32
+
+
+def test_epochs_reshuffle_and_a_second_one_reads_the_disk_cache(
+    s3_bucket: Any, tmp_path: Path
+) -> None:
+    stream = _pack(s3_bucket.store("tokens"), _documents(120, vocab=60_000, seed=6))
+    options: dict[str, Any] = {
+        "storage_options": s3_bucket.options(),
+        "cache": CacheConfig(dir=tmp_path),
+    }
+    with _loader(f"{s3_bucket.url}/tokens", **options) as loader:
+        first = np.concatenate([b["index"] for b in loader])
+        cold = loader.stats()
+        loader.set_epoch(1)
+        second = []
+        for batch in loader:
+            _check_rows(batch, stream)
+            second.append(batch["index"])
+        warm = loader.stats()
+    again = np.concatenate(second)
+    # Each epoch every sequence once, but for its last partial batch (under 4), reshuffled.
+    assert len(set(first.tolist())) == len(first) == len(again) >= len(stream) // SPAN - 3
+    assert len(set(first.tolist()) & set(again.tolist())) >= len(first) - 3
+    assert not np.array_equal(first, again)
+    assert cold.requests["requests.get"] > 0
+    assert warm.requests["requests.get"] == cold.requests["requests.get"]
+    assert warm.disk_cache["cache.hits"] > 0
