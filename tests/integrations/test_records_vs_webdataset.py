@@ -225,6 +225,29 @@ def test_torch_loader_with_two_workers(data: Data, kind: str) -> None:
     )
 
 
+def test_cmyk_jpegs_are_within_one_of_webdatasets(tmp_path: Path) -> None:
+    # Known difference, not pixel-equal: stoker converts CMYK (Adobe, inverted) JPEGs with
+    # simplejpeg's formula, Pillow (webdataset's rgb8) with its own rounding; nearly every
+    # value differs by one. Bounded here so that a real fault (channels swapped, CMYK not
+    # inverted) still fails.
+    import webdataset as wds
+
+    from stoker.pack.indexer import index_webdataset as index
+
+    rgb = Image.open(io.BytesIO(make_jpeg(np.random.default_rng(0), width=WIDTH, height=HEIGHT)))
+    out = io.BytesIO()
+    rgb.convert("CMYK").save(out, format="JPEG", quality=95)
+    with wds.TarWriter(str(tmp_path / "cmyk-0000.tar")) as sink:
+        sink.write({"__key__": "cmyk", "jpg": out.getvalue(), "txt": "CMYK"})
+    index(tmp_path)
+    theirs = _reference([tmp_path / "cmyk-0000.tar"])["cmyk"]["jpg"]
+    with Loader(str(tmp_path), batch_size=1) as loader:
+        (batch,) = list(loader)
+    ours = np.asarray(batch["image"][0])
+    assert ours.shape == theirs.shape == (HEIGHT, WIDTH, 3)
+    assert np.abs(ours.astype(np.int16) - theirs).max() <= 1
+
+
 @pytest.fixture(scope="module")
 def child_saw(data: Data) -> dict[str, Any]:
     """What TensorFlow and JAX saw, as the child saved it."""
