@@ -136,6 +136,7 @@ def test_read_cost_counts_the_reads_an_epoch_makes(
     config = PackConfig(samples_per_shard=1000, shuffle_seed=None if kept else 0)
     pack(sorted_classes, tmp_path / "ds", config=config)
     with Loader(str(tmp_path / "ds"), batch_size=128) as loader:
+        loader.read_ahead = False  # one epoch's reads, not the next one's start
         before = loader.stats().requests["requests.get"]  # the index
         delivered = sum(len(batch["label"]) for batch in loader)
         reads = loader.stats().requests["requests.get"] - before

@@ -29,6 +29,7 @@ def dataset_url(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 def test_every_stage_is_timed_and_counts_its_items(dataset_url: str) -> None:
     with Loader(dataset_url, batch_size=16, transform=RandomResizedCrop(16)) as loader:
+        loader.read_ahead = False  # one epoch: the next one's start is not read
         list(loader)
         stats = loader.stats()
     stages = stats.stages
@@ -155,6 +156,7 @@ def test_the_transform_stage_times_only_the_users_callable(
 
     decode = DecodeConfig(threads=1, method=method)
     with Loader(large_url, batch_size=8, transform=sleepy_transform, decode=decode) as loader:
+        loader.read_ahead = False  # one epoch: the next one's start is not decoded
         list(loader)
         stages = loader.stats().stages
     transform, decoded = stages[Stage.TRANSFORM], stages[Stage.DECODE]
@@ -181,8 +183,39 @@ def test_an_epoch_reads_only_the_bytes_it_delivers(tmp_path: Path, world_size: i
         # Groups of 4 blocks from all over the shards: the gaps between them are other blocks.
         order = OrderConfig(block_size=8, group_blocks=4)
         with Loader(str(tmp_path / "ds"), batch_size=32, world=world, order=order) as loader:
+            loader.read_ahead = False  # one epoch's reads, not the next one's start
             for _ in loader:
                 pass
             read += loader.stats().requests["bytes.read"] - index_bytes
     # Every shard byte once (ranks sharing a block each read their part), and no gap.
     assert shard_bytes * 0.98 < read <= shard_bytes * 1.02
+
+
+def test_cache_hits_count_both_caches_and_stats_print_as_a_table(
+    dataset_url: str, tmp_path: Path
+) -> None:
+    from stoker.pipeline.config import CacheConfig
+
+    cache = CacheConfig(dir=str(tmp_path / "cache"), memory_bytes=10_000_000)
+    with Loader(dataset_url, batch_size=16, transform=RandomResizedCrop(8), cache=cache) as one:
+        one.read_ahead = False
+        for _ in one:
+            pass
+    # A second loader: its memory cache is empty, the disk cache holds every block.
+    with Loader(dataset_url, batch_size=16, transform=RandomResizedCrop(8), cache=cache) as two:
+        two.read_ahead = False
+        for _ in two:
+            pass
+        stats = two.stats()
+    disk_hits = stats.disk_cache["cache.hits"]
+    assert disk_hits > 0
+    assert stats.memory_cache_hits == 0
+    assert stats.cache_hits == disk_hits  # the disk cache's hits count as cache hits
+    text = str(stats)
+    assert not text.startswith("LoaderStats(")
+    assert len(text.splitlines()) <= 16
+    for part in ("64 samples in 4 batches", "stage", "fetch", "decode", "requests:", "read"):
+        assert part in text, text
+    assert f"disk {disk_hits} hits" in text, text
+    assert "waits: the caller waited" in text, text
+    assert stats.table() == text

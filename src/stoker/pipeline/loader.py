@@ -22,14 +22,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import deque
 from collections.abc import Iterator, Mapping
 from typing import Any, Literal
 
 from stoker.core.checks import check_bool
 from stoker.core.metrics import Stage, Stages, StageTotals, TraceEvent, merge_snapshots
 from stoker.pipeline.autotune import AutotuneConfig, Autotuner, default_threads
-from stoker.pipeline.batching import BatchAssembler, PendingBatch
+from stoker.pipeline.batching import BatchAssembler
 from stoker.pipeline.config import (
     BLOCK_PAGE_BYTES,
     SAMPLE_PAGE_BYTES,
@@ -38,6 +37,7 @@ from stoker.pipeline.config import (
     check_loader_arguments,
     config_or_default,
 )
+from stoker.pipeline.epoch_run import EpochRun
 from stoker.pipeline.mixing import SourceShare
 from stoker.pipeline.order import EpochOrder, OrderConfig, Segment
 from stoker.pipeline.plan import (
@@ -49,7 +49,7 @@ from stoker.pipeline.plan import (
     resume_point,
     warn_if_small,
 )
-from stoker.pipeline.prefetch import FetchStream, Prefetcher
+from stoker.pipeline.prefetch import Prefetcher
 from stoker.pipeline.sources import MixedSource, SourceLike, open_source
 from stoker.pipeline.stats import LoaderStats, ProgressLog, samples_per_epoch
 from stoker.pipeline.world import World
@@ -100,6 +100,13 @@ class Loader:
         cache: A node-local disk cache and an in-memory cache
             (:class:`~stoker.pipeline.config.CacheConfig`).
         storage_options: See :func:`stoker.open_store`.
+
+    Attributes:
+        read_ahead: Whether an epoch's end starts the next epoch (true by default): once
+            every read of this epoch is under way, the next epoch's first read groups are
+            read, and its first batches decoded, so a loader iterated again (with or without
+            :meth:`set_epoch`) does not stall at the boundary. A loader run for one epoch
+            then reads that much in vain; set it false where one epoch's reads are counted.
 
     Raises:
         TypeError: A setting of the wrong type (``order="random"``, ``drop_last="no"``).
@@ -178,7 +185,8 @@ class Loader:
         self._segments: list[Segment] = []  # earlier world sizes in this epoch
         self._orders: dict[int, EpochOrder] = {}  # this epoch's and the next (read-ahead)
         self._stats = LoaderStats()
-        self._epochs_run = 0  # whole epochs this loader has delivered
+        self._next: EpochRun | None = None  # the next epoch, started while this one ends
+        self.read_ahead = True
         self._progress = ProgressLog(logger)
 
     # -- plan ------------------------------------------------------------------------------
@@ -299,7 +307,8 @@ class Loader:
         snapshot.requests = merge_snapshots(
             d.store.counters.snapshot() for d in self.source.datasets
         )
-        snapshot.cache_hits = self._prefetcher.cache.hits if self._prefetcher.cache else 0
+        cache = self._prefetcher.cache
+        snapshot.memory_cache_hits = cache.hits if cache is not None else 0
         disk = self.dataset.store.cache  # one disk cache for all datasets
         if disk is not None:
             snapshot.disk_cache = disk.counters.snapshot()
@@ -308,34 +317,27 @@ class Loader:
     # -- iterate: plan -> prefetch -> decode -> deliver --------------------------------------
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        plan = self._plan(self.epoch, self._position, self._segments)
-        log_padding(plan, self.epoch, self.world)
-        self._stats.padded += plan.padded
-        self._batches.start_workers(batch_size=self.batch_size, depth=self._decode_depth)
-        stream = self._prefetcher.open(self.epoch, plan, on_drained=self._read_ahead)
-        return self._run(plan, stream)
+        run = self._take_next()
+        if run is None:
+            plan = self._plan(self.epoch, self._position, self._segments)
+            self._batches.start_workers(batch_size=self.batch_size, depth=self._decode_depth)
+            stream = self._prefetcher.open(self.epoch, plan, on_drained=self._read_ahead)
+            run = EpochRun.start(self.epoch, plan, stream)
+        log_padding(run.plan, self.epoch, self.world)
+        self._stats.padded += run.plan.padded
+        return self._run(run)
 
-    def _run(self, plan: EpochPlan, stream: FetchStream) -> Iterator[dict[str, Any]]:
-        decodes: deque[tuple[int, PendingBatch]] = deque()
-        pending = deque(plan.mine)
+    def _run(self, run: EpochRun) -> Iterator[dict[str, Any]]:
         resumed = time.perf_counter()
-        while pending or decodes:
-            stream.depth = self.prefetch
-            while pending and len(decodes) < self._decode_depth:
-                ids = plan.batches[pending[0]]
-                stream.top_up()
-                if not stream.ready(ids):
-                    if decodes:
-                        break  # a batch is decoding: deliver it rather than wait here
-                    stream.wait(ids)
-                stream.top_up()
-                decodes.append(
-                    (pending.popleft(), self._batches.start(ids, stream.take(ids), self.epoch))
-                )
-            number, pending_batch = decodes.popleft()
+        while run.pending or run.decodes:
+            run.stream.depth = self.prefetch
+            run.fill(self._batches, self._decode_depth)
+            number, pending_batch = run.decodes.popleft()
             batch = self._batches.finish(pending_batch, self._stats.skipped)
             now = self._delivered(number, batch, resumed)
-            stream.delivering = True
+            run.stream.delivering = True
+            if not run.pending:  # the epoch's last batches decode: start the next one's
+                self._decode_ahead(busy=len(run.decodes))
             yield batch
             resumed = time.perf_counter()
             self.stages.record(Stage.CONSUMER_STEP, resumed - now, start_s=now, lane="consumer")
@@ -343,7 +345,41 @@ class Loader:
         self.epoch += 1
         self._position = 0
         self._segments = []
-        self._epochs_run += 1
+
+    # -- across epochs: the next one starts while this one ends ----------------------------
+
+    def _read_ahead(self) -> None:
+        """Start the next epoch's fetches while this one ends (every chunk of this epoch is
+        submitted): the chunks its first batch needs.
+
+        Used if the next iteration is epoch + 1 from its start (with or without
+        :meth:`set_epoch`), else dropped (see :attr:`read_ahead`).
+        """
+        if not self.read_ahead or self._segments or self._next is not None:
+            return
+        epoch = self.epoch + 1  # this epoch's number until it ends
+        plan = self._plan(epoch)
+        stream = self._prefetcher.open(epoch, plan, on_drained=self._read_ahead)
+        self._next = EpochRun.start(epoch, plan, stream)
+        stream.top_up()
+
+    def _decode_ahead(self, *, busy: int) -> None:
+        """Start decoding the next epoch's first batches whose samples are in, while
+        ``busy`` batches of this epoch still decode (never waits)."""
+        run = self._next
+        if run is not None and run.here:
+            run.start_ready(self._batches, self._decode_depth - busy)
+
+    def _take_next(self) -> EpochRun | None:
+        """The next epoch started ahead, if it is the one asked for now; else drop it."""
+        run, self._next = self._next, None
+        if run is None:
+            return None
+        fresh = self._position == 0 and not self._segments
+        if run.here and run.epoch == self.epoch and fresh:
+            return run
+        run.drop(self._batches)
+        return None
 
     def _delivered(self, number: int, batch: dict[str, Any], resumed: float) -> float:
         """Count batch ``number`` as delivered; let the tuner and the log see it."""
@@ -357,17 +393,6 @@ class Loader:
         self._progress.maybe_log(now, self._stats.samples, self.stats)
         self._retune(now)
         return now
-
-    def _read_ahead(self) -> None:
-        """Start reading the next epoch's first batch while this one ends.
-
-        Only for a loader that has already run a whole epoch (so it is being reused across
-        epochs); used if the next iteration is epoch + 1 from its start, else dropped.
-        """
-        if self._epochs_run < 1 or self._segments or self._prefetcher.reading_ahead:
-            return
-        epoch = self.epoch + 1  # this epoch's number until it ends
-        self._prefetcher.read_ahead(epoch, self._plan(epoch))
 
     def _retune(self, now: float) -> None:
         tuner = self._tuner
@@ -383,6 +408,9 @@ class Loader:
         """Stop the decode threads (or processes) and close the disk cache's files; iterating
         again starts them anew."""
         self._prefetcher.drop_read_ahead()
+        if self._next is not None:
+            run, self._next = self._next, None
+            run.drop(self._batches)
         self._batches.close()
         for dataset in self.source.datasets:
             if dataset.store.cache is not None:

@@ -16,23 +16,41 @@ from stoker.pipeline.world import World
 
 @dataclass(slots=True)
 class LoaderStats:
-    """Counters of one loader since it was made.
+    """Counters of one loader since it was made; ``print(stats)`` shows them as a short
+    table (:meth:`table`).
+
+    Each counter counts one thing, in the unit its name says. Times are seconds; a stage's
+    time is summed over the threads that ran it, so stages running side by side add up to
+    more than the wall-clock time.
 
     Attributes:
         samples: Samples delivered in batches.
         batches: Batches delivered.
         skipped: ``(key, reason)`` of samples left out with ``on_error="skip"``.
         padded: Samples repeated to even out ranks (summed over epochs).
-        cache_hits: Samples served from the in-memory cache.
-        requests: The store's request counters (requests, bytes, retries, errors).
-        disk_cache: The disk cache's counters (hits, misses, writes, evictions, errors).
+        memory_cache_hits: Samples served from the in-memory sample cache
+            (``CacheConfig(memory_bytes=...)``) instead of being read. The disk cache's
+            hits are in ``disk_cache``; :attr:`cache_hits` adds both.
+        requests: The store's request counters, each a total since the store was opened:
+            ``requests.<op>`` (requests sent, retries included), ``bytes.read``,
+            ``retries``, ``throttles``, ``errors.<kind>``; ``shaping.waits`` and
+            ``shaping.wait_ms`` (requests that waited for the request rate the client
+            shaped itself to, after the store throttled it or under
+            ``max_requests_per_s``, and their waits summed in milliseconds: requests wait
+            side by side, so this may exceed the elapsed time; 0 when never throttled
+            nor capped); ``shaping.rate_per_s`` (that rate now, a level, not a total).
+        disk_cache: The node-local disk cache's counters: ``cache.hits`` and
+            ``cache.misses`` (pages, each one ranged read of a block, found or not),
+            ``cache.bytes_hit``, ``cache.writes``, ``cache.bytes_written``,
+            ``cache.evictions``, ``cache.errors``, ``cache.damaged``.
         stages: Time, calls, items and bytes per stage, keyed by
             :class:`~stoker.core.metrics.Stage` (a string): ``index`` (opening the
             dataset), ``fetch`` (a read group's requests, on the I/O engine), ``decode``
             (decode and built-in transform, per batch slice, in CPU seconds), ``transform``
             (a user callable, and only it), ``collate`` (assembling a batch), ``wait.fetch`` and
-            ``wait.decode`` (the pipeline thread blocked on either), ``consumer.wait`` and
-            ``consumer.step``.
+            ``wait.decode`` (the pipeline thread blocked on either), ``consumer.wait``
+            (the caller blocked inside ``next()``) and ``consumer.step`` (the caller's
+            time between batches).
         epoch_samples: Samples delivered per epoch on this rank (padding included; see
             :func:`samples_per_epoch`).
         threads: Decode threads (or processes) allowed now.
@@ -44,7 +62,7 @@ class LoaderStats:
     batches: int = 0
     skipped: list[tuple[str, str]] = field(default_factory=list)
     padded: int = 0
-    cache_hits: int = 0
+    memory_cache_hits: int = 0
     requests: dict[str, int] = field(default_factory=dict)
     disk_cache: dict[str, int] = field(default_factory=dict)
     stages: dict[str, StageTotals] = field(default_factory=dict)
@@ -81,7 +99,7 @@ class LoaderStats:
             batches=self.batches - before.batches,
             skipped=self.skipped[len(before.skipped) :],
             padded=self.padded - before.padded,
-            cache_hits=self.cache_hits - before.cache_hits,
+            memory_cache_hits=self.memory_cache_hits - before.memory_cache_hits,
             requests=requests,
             disk_cache={
                 k: v - before.disk_cache.get(k, 0)
@@ -90,6 +108,19 @@ class LoaderStats:
             },
             stages=stages,
         )
+
+    @property
+    def cache_hits(self) -> int:
+        """Reads a cache answered instead of the store: samples from the in-memory cache
+        plus pages from the disk cache (``disk_cache["cache.hits"]``)."""
+        return self.memory_cache_hits + self.disk_cache.get("cache.hits", 0)
+
+    def table(self) -> str:
+        """The counters as a short table: stages, requests, bytes, cache and waits."""
+        return format_stats(self)
+
+    def __str__(self) -> str:
+        return format_stats(self)
 
     def _seconds(self, stage: str) -> float:
         totals = self.stages.get(stage)
@@ -132,6 +163,46 @@ class LoaderStats:
         requests = self.requests.get("requests.get", 0) * per_sample
         nbytes = self.requests.get("bytes.read", 0) * per_sample
         return EpochCost(requests, nbytes, prices.cost(requests=requests, nbytes=nbytes))
+
+
+def format_stats(stats: LoaderStats) -> str:
+    """``print(loader.stats())``: a few lines a person can read."""
+    s = stats
+    lines = [
+        f"{s.samples:,} samples in {s.batches:,} batches"
+        + (f", {len(s.skipped)} skipped" if s.skipped else "")
+        + (f", {s.padded} padded" if s.padded else "")
+        + f"; {s.threads} decode threads, prefetch {s.prefetch} ({s.autotune})",
+        f"  {'stage':<15}{'seconds':>9}{'calls':>8}{'items':>9}{'bytes':>11}",
+    ]
+    for name, totals in sorted(s.stages.items()):
+        nbytes = format_bytes(totals.bytes) if totals.bytes else ""
+        lines.append(
+            f"  {name:<15}{totals.seconds:>9.3f}{totals.calls:>8}{totals.items:>9}{nbytes:>11}"
+        )
+    r = s.requests
+    sent = sum(v for k, v in r.items() if k.startswith("requests."))
+    errors = sum(v for k, v in r.items() if k.startswith("errors."))
+    lines.append(
+        f"  requests: {sent:,} sent ({r.get('requests.get', 0):,} GETs), "
+        f"{format_bytes(r.get('bytes.read', 0))} read, {r.get('retries', 0)} retried, "
+        f"{errors} failed, {r.get('throttles', 0)} throttled"
+    )
+    d = s.disk_cache
+    disk = (
+        f"disk {d.get('cache.hits', 0):,} hits / {d.get('cache.misses', 0):,} misses "
+        f"({format_bytes(d.get('cache.bytes_hit', 0))} served)"
+        if d
+        else "no disk cache"
+    )
+    lines.append(f"  cache: memory {s.memory_cache_hits:,} samples; {disk}")
+    lines.append(
+        f"  waits: the caller waited {s.wait_s:.2f} s of {s.wait_s + s.step_s:.2f} s "
+        f"({100 * s.wait_share:.0f}%); the pipeline waited {s._seconds(Stage.WAIT_FETCH):.2f} s "
+        f"on the store, {s._seconds(Stage.WAIT_DECODE):.2f} s on decoding; requests waited "
+        f"{r.get('shaping.wait_ms', 0) / 1000:.2f} s for the shaped rate"
+    )
+    return "\n".join(lines)
 
 
 def samples_per_epoch(order: EpochOrder, *, world: World, batch_size: int, drop_last: bool) -> int:
@@ -207,7 +278,7 @@ def side_by_side(parts: Sequence[LoaderStats]) -> LoaderStats:
             batches=total.batches + part.batches,
             skipped=total.skipped + part.skipped,
             padded=max(total.padded, part.padded),
-            cache_hits=total.cache_hits + part.cache_hits,
+            memory_cache_hits=total.memory_cache_hits + part.memory_cache_hits,
             requests=_add(total.requests, part.requests),
             disk_cache=_add(total.disk_cache, part.disk_cache),
             stages=_add_stages(total.stages, part.stages),
@@ -237,7 +308,7 @@ def one_after_another(
         batches=earlier.batches + later.batches,
         skipped=earlier.skipped + later.skipped,
         padded=earlier.padded + later.padded,
-        cache_hits=earlier.cache_hits + later.cache_hits,
+        memory_cache_hits=earlier.memory_cache_hits + later.memory_cache_hits,
         requests=(
             dict(later.requests or earlier.requests)
             if same_store

@@ -1,0 +1,91 @@
+"""EpochRun: one epoch under way for one worker, from its plan to batches decoding.
+
+A :class:`~stoker.pipeline.loader.Loader` keeps the epoch it delivers in one and, while that
+epoch ends, starts the next epoch's in another: its first read groups fetched and its first
+batches decoding, so the pipeline does not drain at the boundary.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections import deque
+from concurrent.futures import CancelledError
+from dataclasses import dataclass, field
+
+from stoker.errors import StokerError
+from stoker.pipeline.batching import BatchAssembler, PendingBatch, TokenBatcher
+from stoker.pipeline.plan import EpochPlan
+from stoker.pipeline.prefetch import FetchStream
+
+#: What decodes and assembles a run's batches (the Loader's).
+Batcher = BatchAssembler | TokenBatcher
+
+
+@dataclass(slots=True)
+class EpochRun:
+    """One epoch under way for this worker.
+
+    Attributes:
+        epoch: The epoch.
+        plan: Its batches and chunks for this worker.
+        stream: Its fetches.
+        pending: Numbers of the batches not yet started, in order.
+        decodes: Batches decoding, with their numbers, in order.
+        pid: The process that started it (a forked child starts its own).
+    """
+
+    epoch: int
+    plan: EpochPlan
+    stream: FetchStream
+    pending: deque[int]
+    decodes: deque[tuple[int, PendingBatch]] = field(default_factory=deque)
+    pid: int = field(default_factory=os.getpid)
+
+    @classmethod
+    def start(cls, epoch: int, plan: EpochPlan, stream: FetchStream) -> EpochRun:
+        """The run of ``plan`` (epoch ``epoch``) fetched through ``stream``."""
+        return cls(epoch, plan, stream, deque(plan.mine))
+
+    @property
+    def here(self) -> bool:
+        """Whether this process started it."""
+        return self.pid == os.getpid()
+
+    def fill(self, batches: Batcher, depth: int) -> None:
+        """Start decoding the next batches, up to ``depth`` decoding; wait for a batch's
+        samples only when nothing is decoding (else that is delivered first)."""
+        while self.pending and len(self.decodes) < depth:
+            ids = self.plan.batches[self.pending[0]]
+            self.stream.top_up()
+            if not self.stream.ready(ids):
+                if self.decodes:
+                    break  # a batch is decoding: deliver it rather than wait here
+                self.stream.wait(ids)
+            self.stream.top_up()
+            started = batches.start(ids, self.stream.take(ids), self.epoch)
+            self.decodes.append((self.pending.popleft(), started))
+
+    def start_ready(self, batches: Batcher, room: int) -> None:
+        """Start decoding the next batches whose samples are in, at most ``room`` in all
+        decoding here; never waits."""
+        self.stream.top_up()
+        while self.pending and len(self.decodes) < room:
+            ids = self.plan.batches[self.pending[0]]
+            if not self.stream.ready(ids):
+                return
+            started = batches.start(ids, self.stream.take(ids), self.epoch)
+            self.decodes.append((self.pending.popleft(), started))
+
+    def drop(self, batches: Batcher) -> None:
+        """Let go of a run nobody will deliver: its decodes finish unseen (a worker
+        process's shared-memory slot is freed when its batch is collected)."""
+        if not self.here:
+            return  # a parent's: its threads and processes are not here
+        for _, pending_batch in self.decodes:
+            if pending_batch.slot is None:
+                continue  # a thread's result is simply dropped
+            # A batch nobody will see: its errors are nobody's.
+            with contextlib.suppress(ValueError, StokerError, CancelledError):
+                batches.finish(pending_batch, [])
+        self.decodes.clear()
