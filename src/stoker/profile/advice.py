@@ -84,8 +84,11 @@ def advise(diagnosis: Diagnosis, loader: Loader, *, advice_for: AdviceFor = "pyt
             f"It has headroom (decode threads {100 * spare:.0f}% idle); a faster model or a "
             "larger batch would use it.",
         ]
+    first = _epoch_start_advice(d) + _unsaturated_advice(d, loader, advice_for)
     if bottleneck == "store":
-        return _store_advice(d, loader, advice_for)
+        return first + _store_advice(d, loader, advice_for)
+    if bottleneck == "decode":
+        return first + _decode_advice(d, loader, advice_for)
     transform = d.stages.get(Stage.TRANSFORM, empty)
     if bottleneck == "transform":
         per = transform.seconds / max(transform.items, 1)
@@ -103,7 +106,38 @@ def advise(diagnosis: Diagnosis, loader: Loader, *, advice_for: AdviceFor = "pyt
             "Assembling batches dominates: use a transform with a fixed output size "
             "(RandomResizedCrop, CenterCrop) so images are decoded straight into the batch.",
         ]
-    return _decode_advice(d, loader, advice_for)
+    return first + _decode_advice(d, loader, advice_for)
+
+
+def _epoch_start_advice(d: Diagnosis) -> list[str]:
+    """Advice when most of the waiting fell at the start of epochs."""
+    waited = sum(d.wait_phases.values())
+    at_starts = d.wait_phases.get("epoch_start", 0.0)
+    if waited <= 0 or at_starts < 0.5 * waited:
+        return []
+    return [
+        f"{100 * at_starts / waited:.0f}% of the waiting fell in the first batches of "
+        f"epochs 2 to {d.epochs}: the pipeline drained between epochs. Iterate the same "
+        "Loader for every epoch (it reads and decodes the next epoch's first batches while "
+        "one ends; a new Loader, or a DataLoader without persistent_workers, starts cold).",
+    ]
+
+
+def _unsaturated_advice(d: Diagnosis, loader: Loader, advice_for: AdviceFor) -> list[str]:
+    """Advice when the stage waited on was idle most of the time: the pipeline started it
+    too late (too little ahead), not too slowly."""
+    if d.saturated is not False:
+        return []
+    deeper = _pick(
+        advice_for,
+        f"Loader(prefetch={min(2 * loader.prefetch, MAX_SUGGESTED_PREFETCH)})",
+        f"--prefetch {min(2 * loader.prefetch, MAX_SUGGESTED_PREFETCH)}",
+    )
+    return [
+        f"The {d.bottleneck} stage was waited on but not saturated: its work started too "
+        f"late rather than ran too slowly. More ahead helps: {deeper} (now "
+        f"{loader.prefetch}).",
+    ]
 
 
 def _decode_advice(d: Diagnosis, loader: Loader, advice_for: AdviceFor) -> list[str]:
@@ -243,6 +277,25 @@ def _store_advice(d: Diagnosis, loader: Loader, advice_for: AdviceFor) -> list[s
     return advice
 
 
+_PHASE_NAMES = {
+    "first_batch": "the first batch",
+    "epoch_start": "epoch starts",
+    "steady": "steady state",
+}
+
+
+def _phases(d: Diagnosis) -> str:
+    waited = sum(d.wait_phases.values())
+    if waited <= 0:
+        return "no wait measured."
+    parts = ", ".join(
+        f"{_PHASE_NAMES.get(k, k)} {1000 * v:.0f} ms ({100 * v / waited:.0f}%)"
+        for k, v in d.wait_phases.items()
+        if v > 0
+    )
+    return f"{parts}; {d.epochs} epoch{'s' if d.epochs != 1 else ''} run."
+
+
 def format_diagnosis(diagnosis: Diagnosis) -> str:
     """The report as text: verdict, shares, stage table and advice."""
     d = diagnosis
@@ -254,6 +307,7 @@ def format_diagnosis(diagnosis: Diagnosis) -> str:
         f"{d.images_per_s:,.0f} images/s; first batch after {d.first_batch_s:.2f} s).",
         "  Where the wait went: "
         + ", ".join(f"{k} {100 * v:.0f}%" for k, v in d.wait_shares.items() if v >= 0.005),
+        "  When it fell: " + _phases(d),
         f"  Load: requests in flight {100 * d.load['store']:.0f}% of the time "
         f"({d.load['requests_in_flight']:.1f} read groups on average, {d.prefetch} allowed); "
         f"decode threads: {d.load['decode_busy']:.1f} busy on average ({d.num_threads} at the "

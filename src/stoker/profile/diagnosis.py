@@ -17,7 +17,11 @@ class Diagnosis:
 
     Attributes:
         url: The dataset.
-        verdict: ``"compute-bound"`` or ``"input-bound: <bottleneck>"``.
+        verdict: ``"compute-bound"`` or ``"input-bound: <bottleneck>"``; ``"input-bound at
+            epoch starts: <bottleneck>"`` when most of the waiting fell in the first batches
+            of each later epoch (the pipeline drained between epochs); followed by
+            ``" (<load>: not saturated)"`` when the resource waited on was busy less than
+            :data:`~stoker.profile.doctor.SATURATED` of the time.
         bottleneck: ``store``, ``decode``, ``transform``, ``collate``, or ``consumer`` when
             compute-bound.
         dominant_stage: The loader stage behind it (``fetch``, ``decode``, ...,
@@ -41,6 +45,14 @@ class Diagnosis:
         samples: Samples in them.
         seconds: Length of the measured window.
         first_batch_s: Time from the start to the first batch.
+        wait_phases: Seconds the training loop waited in the measured window, by where the
+            waits fell: ``first_batch`` (the run's first batch, when measured),
+            ``epoch_start`` (the first
+            :data:`~stoker.profile.doctor.EPOCH_START_BATCHES` batches of each epoch after
+            the first) and ``steady`` (the rest).
+        epochs: Epochs the run started (the first one included).
+        saturated: Whether the resource behind the bottleneck was saturated (None: no
+            measure of it, or compute-bound).
         stages: Each stage's totals over the measured window.
         requests: Store counters over the measured window.
         request_rates: For each prefix the store throttled (``BUCKET/PREFIX``), the request
@@ -66,6 +78,9 @@ class Diagnosis:
     samples: int
     seconds: float
     first_batch_s: float
+    wait_phases: dict[str, float] = field(default_factory=dict)
+    epochs: int = 1
+    saturated: bool | None = None
     stages: dict[str, StageTotals] = field(default_factory=dict)
     requests: dict[str, int] = field(default_factory=dict)
     request_rates: dict[str, float] = field(default_factory=dict)
@@ -97,6 +112,9 @@ class Diagnosis:
             "samples": self.samples,
             "seconds": round(self.seconds, 4),
             "first_batch_s": round(self.first_batch_s, 4),
+            "wait_phases": {k: round(v, 4) for k, v in self.wait_phases.items()},
+            "epochs": self.epochs,
+            "saturated": self.saturated,
             "images_per_s": round(self.images_per_s, 1),
             "stages": {k: v.to_dict() for k, v in self.stages.items()},
             "requests": self.requests,

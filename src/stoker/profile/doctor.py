@@ -11,6 +11,14 @@ the loader's own stage timings:
    decode threads (``wait.decode``, split between decoding and a user transform by their
    thread time) or assembling the batch (``collate``). The largest of these names the
    bottleneck. This attribution needs no model of the machine, so it holds on busy cores.
+3. Where the waits fell: at the run's first batch, at the start of each later epoch (its
+   first :data:`EPOCH_START_BATCHES` batches: a pipeline that drains between epochs waits
+   there) or in the steady state; the verdict names the epoch starts when most of the
+   waiting was there. And whether the resource waited on was saturated (decode threads or
+   cores busy, requests in flight, at least :data:`SATURATED` of the time, or a machine
+   loaded past its cores): a stage waited on
+   but idle most of the time is named as not saturated (the pipeline runs it too late, not
+   too slowly).
 
 Alongside, the report gives each resource's load (how much of the time a request was in
 flight, how busy the decode threads and the CPU were) and concrete advice with numbers.
@@ -30,10 +38,22 @@ from stoker.profile.advice import AdviceFor, advise
 from stoker.profile.diagnosis import Bottleneck, Diagnosis
 from stoker.storage.url import parse_url
 
-__all__ = ["INPUT_BOUND_SHARE", "STAGE_OF", "Bottleneck", "Diagnosis", "diagnose"]
+__all__ = [
+    "EPOCH_START_BATCHES",
+    "INPUT_BOUND_SHARE",
+    "SATURATED",
+    "STAGE_OF",
+    "Bottleneck",
+    "Diagnosis",
+    "diagnose",
+]
 
 #: Above this share of waiting, the consumer is input-bound.
 INPUT_BOUND_SHARE = 0.10
+#: Batches of each epoch after the first that count as its start.
+EPOCH_START_BATCHES = 5
+#: A resource busy at least this share of the time is saturated.
+SATURATED = 0.7
 #: The longest simulated step: an hour (a measurement waits for several).
 MAX_STEP_S = 3600
 
@@ -88,8 +108,9 @@ def diagnose(
     """Run ``loader`` against a simulated training step and say what limits it.
 
     Runs one epoch, or, with ``max_batches`` or ``seconds``, until either is reached
-    (starting further epochs as needed). The first ``warmup_batches`` (opening
-    connections, filling the prefetch queue) are left out of the measurement.
+    (iterating the loader again for further epochs, as a training loop does: it moves on
+    to the next epoch by itself). The first ``warmup_batches`` (opening connections,
+    filling the prefetch queue) are left out of the measurement.
 
     Args:
         loader: The loader to examine; it keeps a timeline from now on (``Loader.trace``).
@@ -118,12 +139,14 @@ def diagnose(
     window_start = origin
     before = loader.stats() if warmup_batches == 0 else None
     cpu_before = time.process_time()
-    seen = measured = samples = 0
+    seen = measured = samples = epochs = 0
     wait_s = step_total_s = 0.0
+    phases = {"first_batch": 0.0, "epoch_start": 0.0, "steady": 0.0}
     open_ended = max_batches is None and seconds is None
     stopped = False
     while not stopped:
         iterator = iter(loader)
+        epochs += 1
         delivered = 0
         while True:
             asked = time.perf_counter()
@@ -139,6 +162,7 @@ def diagnose(
                 measured += 1
                 samples += len(batch["label"])
                 wait_s += arrived - asked
+                phases[_phase(seen, epochs, delivered)] += arrived - asked
             elif seen == warmup_batches:
                 window_start = arrived
                 before = loader.stats()
@@ -153,8 +177,6 @@ def diagnose(
                 break
         if not stopped and (open_ended or delivered == 0):
             break
-        if not stopped:
-            loader.set_epoch(loader.epoch + 1)
     window_end = time.perf_counter()
     cpu_s = time.process_time() - cpu_before
     after = loader.stats()
@@ -184,6 +206,8 @@ def diagnose(
             batches=measured,
             samples=samples,
             first_batch_s=max(first_batch_s, 0.0),
+            wait_phases=phases,
+            epochs=epochs,
             origin_s=origin,
             window_start_s=window_start,
             events=events,
@@ -204,9 +228,35 @@ class _Measured:
     batches: int
     samples: int
     first_batch_s: float
+    wait_phases: dict[str, float]
+    epochs: int
     origin_s: float
     window_start_s: float
     events: tuple[TraceEvent, ...]
+
+
+def _phase(seen: int, epochs: int, delivered: int) -> str:
+    """Where batch ``delivered`` of the run's ``epochs``-th epoch (``seen``-th overall) falls."""
+    if seen == 1:
+        return "first_batch"
+    if epochs > 1 and delivered <= EPOCH_START_BATCHES:
+        return "epoch_start"
+    return "steady"
+
+
+def _saturation(bottleneck: Bottleneck, load: dict[str, float]) -> tuple[bool | None, str]:
+    """Whether the resource behind ``bottleneck`` was saturated, and its load in words
+    (None: no such measure, as for a transform holding the GIL or collating)."""
+    if bottleneck == "store":
+        busy = load["store"]
+        return busy >= SATURATED, f"requests in flight {100 * busy:.0f}% of the time"
+    if bottleneck == "decode":
+        # Decoding is timed in CPU seconds: on cores other processes hold, a thread waiting
+        # for one looks idle, so a machine loaded past its cores counts as saturated.
+        busy = max(load["decode_threads"], load["cpu"])
+        saturated = busy >= SATURATED or load["machine"] >= 1.0
+        return saturated, f"decode threads {100 * load['decode_threads']:.0f}% busy"
+    return None, ""
 
 
 def _request_rates(loader: Loader) -> dict[str, float]:
@@ -262,12 +312,18 @@ def _conclude(loader: Loader, advice_for: AdviceFor, m: _Measured) -> Diagnosis:
         "machine": os.getloadavg()[0] / cores,
     }
     bottleneck: Bottleneck
+    saturated: bool | None = None
+    phase_total = sum(m.wait_phases.values())
+    at_starts = phase_total > 0 and m.wait_phases["epoch_start"] >= 0.5 * phase_total
     if share < INPUT_BOUND_SHARE:
         bottleneck = "consumer"
         verdict = "compute-bound"
     else:
         bottleneck = max(waits, key=lambda k: waits[k])
-        verdict = f"input-bound: {bottleneck}"
+        saturated, busy = _saturation(bottleneck, load)
+        verdict = f"input-bound{' at epoch starts' if at_starts else ''}: {bottleneck}"
+        if saturated is False:
+            verdict += f" ({busy}: not saturated)"
     diagnosis = Diagnosis(
         url=loader.dataset.url,
         verdict=verdict,
@@ -285,6 +341,9 @@ def _conclude(loader: Loader, advice_for: AdviceFor, m: _Measured) -> Diagnosis:
         samples=m.samples,
         seconds=m.window_s,
         first_batch_s=m.first_batch_s,
+        wait_phases=m.wait_phases,
+        epochs=m.epochs,
+        saturated=saturated,
         stages=m.stages,
         requests=m.requests,
         request_rates=_request_rates(loader),
