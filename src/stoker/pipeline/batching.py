@@ -5,7 +5,8 @@ batch into one slice per decode thread (or worker process) and submits them;
 :meth:`~BatchAssembler.finish` waits for them and assembles the batch dict, raising on an
 undecodable sample or skipping it. Batches with a fixed output size are decoded straight
 into one preallocated ``(N, *unit, H, W, 3)`` uint8 array, recycled once nothing else
-refers to it (:class:`BatchArrays`).
+refers to it (:class:`~stoker.pipeline.batch_arrays.BatchArrays`). Token sequences are
+stacked by :class:`TokenBatcher` instead.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import sys
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -25,6 +25,7 @@ from stoker.core.metrics import Stage, Stages
 from stoker.errors import StokerError
 from stoker.format.reader import ShardDataset
 from stoker.format.spec import IMAGE_FIELD_NAMES
+from stoker.pipeline.batch_arrays import BatchArrays
 from stoker.pipeline.config import DecodeConfig
 from stoker.pipeline.fields import FieldsConfig, MissingField, collate
 from stoker.pipeline.sources import MixedSource, Source, WindowSource
@@ -41,45 +42,6 @@ logger = logging.getLogger(__name__)
 
 #: Samples failing in a row (every one skipped) after which the loader stops with an error.
 MAX_SKIPPED_IN_A_ROW = 1000
-
-
-class BatchArrays:
-    """Batch arrays, recycled once the consumer has let go of them.
-
-    A fresh 38 MB array per batch of 256 images at 224x224 costs the kernel a page fault
-    and a page of zeroes per 4 kB written: about 7 % of the loader's CPU on small images.
-    An array handed out earlier is reused only when this pool holds the sole reference to
-    it, so a batch (or a view of it, a tensor made by ``torch.from_numpy``, a
-    ``memoryview``: all of which refer to the array) that the consumer still holds is
-    never written over.
-
-    Args:
-        keep: Most arrays the pool refers to; older ones are left to their holders.
-    """
-
-    def __init__(self, keep: int) -> None:
-        self.keep = keep
-        self._arrays: list[np.ndarray] = []
-        self.reused = 0
-        # What _references() says of an array only the pool holds, measured rather than
-        # assumed: interpreters differ in which references a call's arguments add.
-        self._sole = _references([np.empty(0, dtype=np.uint8)], 0)
-
-    def take(self, shape: tuple[int, ...]) -> np.ndarray:
-        """A uint8 array of ``shape`` that no one else refers to."""
-        arrays = self._arrays
-        for n in range(len(arrays)):
-            if arrays[n].shape == shape and _references(arrays, n) == self._sole:
-                self.reused += 1
-                return arrays[n]
-        array = np.empty(shape, dtype=np.uint8)
-        arrays.append(array)
-        del arrays[: -self.keep]
-        return array
-
-
-def _references(arrays: list[np.ndarray], n: int) -> int:
-    return sys.getrefcount(arrays[n])
 
 
 @dataclass(slots=True)

@@ -15,8 +15,7 @@ and its ``error``, which the loader raises or skips like an undecodable image:
 - :class:`WindowSource`: windows of consecutive records
   (:mod:`stoker.pipeline.windows`); a unit holds its ``records`` in order, its labels as
   an array, and each side table's rows stacked per record;
-- :class:`~stoker.pipeline.tokens.TokenSource`: sequences of ``seq_len + 1`` tokens of a
-  token dataset (a unit is a view of its tokens and its sequence number).
+- :class:`~stoker.pipeline.tokens.TokenSource`: sequences of a token dataset's stream.
 
 Orders stay pure functions of (seed, epoch, sizes), so partition and resume work the same
 for every source.
@@ -40,7 +39,7 @@ from stoker.pipeline.folder import open_folder
 from stoker.pipeline.mixing import MixConfig, MixedOrder, mixed_epoch_order, source_counts
 from stoker.pipeline.order import EpochOrder, OrderConfig, epoch_order
 from stoker.pipeline.plan import block_size_for
-from stoker.pipeline.tokens import TokenConfig, TokenSource, token_block_size
+from stoker.pipeline.tokens import TokenConfig, TokenSource, token_block_size, token_sources
 from stoker.pipeline.windows import (
     WindowConfig,
     dirname_sequence_ids,
@@ -455,7 +454,11 @@ def open_source(
         disk = DiskCache.for_data(cache.dir, data_bytes=data_bytes, max_bytes=cache.max_bytes)
         datasets = [_cached(d, disk, cache.page_bytes or page_bytes) for d in datasets]
     if tokens is not None or any(d.index.tokens is not None for d in datasets):
-        return _token_source(config, datasets, tokens)
+        extras = config.window is not None or bool(config.side_tables)
+        parts = token_sources(datasets, tokens, extras=extras)
+        if config.mix is None:
+            return parts[0]
+        return MixedSource(parts, config.mix, [token_block_size(s.unit_bytes()) for s in parts])
     tables = {
         name: _open_table(url, storage_options, disk)
         for name, url in (config.side_tables or {}).items()
@@ -473,29 +476,6 @@ def open_source(
                 "(PackConfig(shuffle_seed=None))"
             )
         return WindowSource(sources[0], config.window)
-    return sources[0]
-
-
-def _token_source(
-    config: SourceConfig, datasets: list[ShardDataset], tokens: TokenConfig | None
-) -> Source:
-    if tokens is None:
-        url = next(d.url for d in datasets if d.index.tokens is not None)
-        raise ValueError(
-            f"{url} is a token dataset: read it with "
-            "stoker.TokenLoader(url, seq_len=..., batch_size=...)"
-        )
-    for dataset in datasets:
-        if dataset.index.tokens is None:
-            raise ValueError(
-                f"{dataset.url} is not a token dataset (pack tokenized documents with "
-                "`stoker pack SRC DST --tokens`)"
-            )
-    if config.window is not None or config.side_tables:
-        raise ValueError("token datasets take no windows or side tables")
-    sources = [TokenSource(d, tokens) for d in datasets]
-    if config.mix is not None:
-        return MixedSource(sources, config.mix, [token_block_size(s.unit_bytes()) for s in sources])
     return sources[0]
 
 

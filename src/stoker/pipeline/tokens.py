@@ -168,6 +168,26 @@ class TokenSource:
         return [found[k] for k in wanted.tolist()]
 
 
+def token_sources(
+    datasets: Sequence[ShardDataset], config: TokenConfig | None, *, extras: bool = False
+) -> list[TokenSource]:
+    """The token sources of ``datasets``, read as ``config`` says.
+
+    Raises:
+        ValueError: No ``config`` (the message names :class:`~stoker.TokenLoader`), a
+            dataset that is not a token dataset, or ``extras`` (windows, side tables).
+    """
+    if config is None:
+        url = next((d.url for d in datasets if d.index.tokens is not None), "")
+        raise ValueError(
+            f"{url} is a token dataset: read it with "
+            "stoker.TokenLoader(url, seq_len=..., batch_size=...)"
+        )
+    if extras:
+        raise ValueError("token datasets take no windows or side tables")
+    return [TokenSource(d, config) for d in datasets]
+
+
 def token_block_size(unit_bytes: float) -> int:
     """Sequences per block: one ranged read of about :data:`BLOCK_TARGET_BYTES` (no cap on
     the count, unlike samples: sequences are small and always read together)."""
