@@ -1,4 +1,4 @@
-"""One rank of a multi-node DDP job reading through stoker; torchrun runs it on every node.
+"""One rank of a data-parallel job on several nodes, reading through stoker (run by torchrun).
 
 torchrun ... node_train.py DATASET OUT_DIR --storage-options JSON --cache-dir DIR
     [--epochs 2] [--checkpoint-every 2] [--pause-at STEP] [--page-bytes N] [--group-samples N]
@@ -18,13 +18,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel
 
 from stoker.integrations.torch import TorchLoader
 from stoker.pipeline.config import CacheConfig
@@ -36,6 +37,16 @@ def _write(path: Path, record: dict[str, Any]) -> None:
     partial = path.with_suffix(".partial")
     partial.write_text(json.dumps(record))
     partial.replace(path)
+
+
+def _step(model: torch.nn.Module, world_size: int, lr: float = 0.01) -> None:
+    # What DDP and SGD do, by hand: constructing either imports torch._dynamo, seconds of
+    # CPU per process, and the test starts six of them on two cores.
+    with torch.no_grad():
+        for parameter in model.parameters():
+            assert parameter.grad is not None
+            dist.all_reduce(parameter.grad)
+            parameter -= lr * parameter.grad / world_size
 
 
 def _store_counts(loader: TorchLoader) -> dict[str, int]:
@@ -57,13 +68,12 @@ def main() -> None:
     args = parser.parse_args()
     started = time.time()
     dist.init_process_group("gloo")
+    times = {"main": started, "init": time.time()}
     rank, world_size = dist.get_rank(), dist.get_world_size()
     restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
-    torch.manual_seed(0)
-    model = DistributedDataParallel(
-        torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16 * 16 * 3, 6))
-    )
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    torch.manual_seed(0)  # the same initial weights on every rank
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16 * 16 * 3, 6))
+    times["model"] = time.time()
     loader = TorchLoader(
         args.dataset,
         batch_size=8,
@@ -81,7 +91,7 @@ def main() -> None:
         "restart": restart,
         "resumed_from": None,
         "epochs": {},
-        "times": {"main": started, "joined": time.time()},
+        "times": {**times, "loader": time.time()},
     }
     start_epoch, resumed = 0, False
     if checkpoint_path.exists():
@@ -101,9 +111,16 @@ def main() -> None:
         for step, batch in enumerate(loader, start=first_step + 1):
             images = batch["image"].float().div(255)
             loss = torch.nn.functional.cross_entropy(model(images), batch["label"])
-            optimizer.zero_grad()
+            model.zero_grad()
             loss.backward()
-            optimizer.step()
+            try:
+                _step(model, world_size)
+            except RuntimeError:  # a peer is gone: torchrun starts this rank again
+                record["times"]["failed"] = time.time()
+                _write(path, record)
+                traceback.print_exc()
+                sys.stderr.flush()
+                os._exit(1)  # now, not after seconds of tearing down threads and gloo
             log["steps"].append(list(batch["key"]))
             record["times"].setdefault("first_step", time.time())
             _write(path, record)

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -73,8 +73,11 @@ def dataset(s3_bucket: Any, tmp_path: Path) -> tuple[str, int]:
     return url, shard_bytes
 
 
-def _torchrun(node: Node, index: int, *, args: list[str], is_host: bool, log: Path) -> Any:
-    host = "1" if is_host else "0"
+def _torchrun(
+    node: Node, index: int, *, rendezvous: str, args: list[str], log: Path
+) -> subprocess.Popen[bytes]:
+    """torchrun on ``node``; node 0 hosts the rendezvous store at ``rendezvous``."""
+    host = "1" if index == 0 else "0"
     command = [
         "env",
         f"STOKER_NODE=node{index}",
@@ -91,12 +94,15 @@ def _torchrun(node: Node, index: int, *, args: list[str], is_host: bool, log: Pa
         "--max-restarts=1",
         "--monitor-interval=0.2",
         "--rdzv-backend=c10d",
-        f"--rdzv-endpoint={args[0]}",
+        f"--rdzv-endpoint={rendezvous}",
         "--rdzv-id=stoker-nodes",
-        f"--rdzv-conf=is_host={host},last_call_timeout=3,join_timeout=60",
+        # A dead node leaves the rendezvous after 3 missed 1 s heartbeats (not 3 x 5 s), and
+        # a round with the minimum of nodes closes 3 s after it is reached (not 30 s).
+        f"--rdzv-conf=is_host={host},last_call_timeout=3,join_timeout=60,"
+        "keep_alive_interval=1,keep_alive_max_attempt=3",
         f"--local-addr={node.address}",
         str(SCRIPT),
-        *args[1:],
+        *args,
     ]
     with open(log, "wb") as out:
         return subprocess.Popen(
@@ -104,7 +110,13 @@ def _torchrun(node: Node, index: int, *, args: list[str], is_host: bool, log: Pa
         )
 
 
-def _wait(condition: Any, what: str, processes: dict[str, Any], logs: Path, timeout_s: float):  # type: ignore[no-untyped-def]
+def _wait(
+    condition: Callable[[], bool],
+    what: str,
+    processes: dict[str, subprocess.Popen[bytes]],
+    logs: Path,
+    timeout_s: float,
+) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
         for name, process in processes.items():
@@ -139,7 +151,7 @@ def test_two_nodes_exactly_once_per_node_bytes_and_elastic_restart(
         NetProxy("127.0.0.1", s3_bucket.server.port, link=link, listen_host=node.host_address)
         for node in nodes
     ]
-    processes: dict[str, Any] = {}
+    processes: dict[str, subprocess.Popen[bytes]] = {}
     try:
         for proxy in proxies:
             proxy.start()
@@ -148,7 +160,6 @@ def test_two_nodes_exactly_once_per_node_bytes_and_elastic_restart(
         for index in (1, 0):
             node, proxy = nodes[index], proxies[index]
             args = [
-                f"{nodes[0].address}:{RENDEZVOUS_PORT}",
                 url,
                 str(out),
                 f"--storage-options={json.dumps(s3_bucket.options(proxy.endpoint))}",
@@ -159,7 +170,7 @@ def test_two_nodes_exactly_once_per_node_bytes_and_elastic_restart(
             ]
             log = logs / f"node{index}.log"
             processes[f"node{index}"] = _torchrun(
-                node, index, args=args, is_host=index == 0, log=log
+                node, index, rendezvous=f"{nodes[0].address}:{RENDEZVOUS_PORT}", args=args, log=log
             )
         started = time.monotonic()
         _wait(
