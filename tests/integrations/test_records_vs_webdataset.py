@@ -28,11 +28,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+from click.testing import CliRunner
 from PIL import Image
 
 from stoker import DecodeConfig
-from stoker.pack.indexer import index_webdataset
-from stoker.pack.packer import PackConfig, pack
+from stoker.cli.main import cli
 from stoker.pipeline.loader import Loader
 from stoker.testing.images import make_jpeg
 
@@ -121,20 +121,25 @@ def data(s3_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[D
                 sink.write(_record(i))
     s3_server.create_bucket(BUCKET)
     options = s3_server.storage_options()
-    from stoker.storage import open_store
-
-    store = open_store(f"s3://{BUCKET}/tars", storage_options=options)
-    for tar in tars:
-        store.put(tar.name, tar.read_bytes())
     urls = {"indexed": f"s3://{BUCKET}/tars", "packed": f"s3://{BUCKET}/packed"}
-    index_webdataset(urls["indexed"], storage_options=options)
-    report = pack(
-        urls["indexed"],
-        urls["packed"],
-        storage_options=options,
-        config=PackConfig(samples_per_shard=16),
-    )
-    assert (report.samples, report.skipped) == (SAMPLES, [])
+    # As a user would: upload the tars, index them in place, pack them.
+    env = {
+        "AWS_ENDPOINT_URL": options["endpoint_url"],
+        "AWS_ACCESS_KEY_ID": options["access_key_id"],
+        "AWS_SECRET_ACCESS_KEY": options["secret_access_key"],
+        "AWS_REGION": options["region"],
+    }
+    for command in (
+        ["upload", str(root), urls["indexed"]],
+        ["index", urls["indexed"], "--json"],
+        ["pack", urls["indexed"], urls["packed"], "--samples-per-shard", "16", "--json"],
+    ):
+        result = CliRunner(env=env).invoke(cli, command)
+        assert result.exit_code == 0, result.output
+        if command[0] != "upload":
+            assert json.loads(result.output)["samples"] == SAMPLES
+    assert json.loads(result.output)["skipped"] == []
+    assert json.loads(result.output)["source_format"] == "webdataset"
     child = None
     if all(importlib.util.find_spec(name) for name in ("tensorflow", "jax")):
         command = [sys.executable, __file__, json.dumps(urls), json.dumps(options), str(root)]
