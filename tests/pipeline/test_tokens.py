@@ -128,28 +128,38 @@ def test_resume_mid_epoch_is_exact_and_onto_three_ranks_covers_the_rest_once(
     assert len(after) % 3 == 0
 
 
+def _pieces(doc_starts: list[int], k: int) -> np.ndarray:
+    """The documents' pieces in sequence ``k``'s inputs, from the documents' starts alone."""
+    begin, end = k * SPAN, k * SPAN + SEQ_LEN
+    return np.diff([begin, *(s for s in doc_starts if begin < s < end), end])
+
+
 def test_a_70_30_mix_holds_its_token_shares_over_an_epoch_and_resumes(tmp_path: Path) -> None:
-    big = _pack(open_store(str(tmp_path / "web")), _documents(200, vocab=60_000, seed=2))
-    small = _pack(
-        open_store(str(tmp_path / "code")), _documents(120, vocab=100_000, seed=3), "uint32"
-    )
+    docs = [_documents(200, vocab=60_000, seed=2), _documents(120, vocab=100_000, seed=3)]
+    big = _pack(open_store(str(tmp_path / "web")), docs[0])
+    small = _pack(open_store(str(tmp_path / "code")), docs[1], "uint32")
+    doc_starts = [np.cumsum([0] + [len(d) + 1 for d in group]).tolist() for group in docs]
     source = SourceConfig(
         [str(tmp_path / "web"), str(tmp_path / "code")], mix=MixConfig(weights=(0.7, 0.3))
     )
 
     def loader() -> TokenLoader:
-        return TokenLoader(source, seq_len=SEQ_LEN, batch_size=8, seed=5)
+        return TokenLoader(source, seq_len=SEQ_LEN, batch_size=8, seed=5, documents=True)
 
     batches = list(loader())
     tokens = np.zeros(2)
     rows = [
-        {tuple(s[n * SPAN : n * SPAN + SEQ_LEN].tolist()) for n in range(len(s) // SPAN)}
+        {tuple(s[n * SPAN : n * SPAN + SEQ_LEN].tolist()): n for n in range(len(s) // SPAN)}
         for s in (big, small)
     ]
     for batch in batches:
-        for inputs, origin in zip(batch["input_ids"], batch["source"], strict=True):
+        for inputs, origin, pieces in zip(
+            batch["input_ids"], batch["source"], batch["doc_lens"], strict=True
+        ):
             tokens[origin] += SPAN
-            assert tuple(inputs.tolist()) in rows[origin], f"not a sequence of source {origin}"
+            k = rows[origin].get(tuple(inputs.tolist()))
+            assert k is not None, f"not a sequence of source {origin}"
+            assert np.array_equal(pieces, _pieces(doc_starts[origin], k))  # its own documents
     assert abs(tokens[0] / tokens.sum() - 0.7) < 0.01
     assert tokens.sum() > 0.9 * loader().stream_tokens
     interrupted = loader()
@@ -170,16 +180,13 @@ def test_document_boundaries_match_the_original_documents(
     packed: tuple[Path, np.ndarray, list[int]],
 ) -> None:
     path, _, lengths = packed
-    starts = np.concatenate([[0], np.cumsum(lengths)])
+    starts = np.concatenate([[0], np.cumsum(lengths)]).tolist()
     loader = _loader(path, documents=True, batch_size=5)
     checked = 0
     for batch in loader:
         flat: list[int] = []
         for row, k in enumerate(batch["index"].tolist()):
-            begin, end = k * SPAN, k * SPAN + SEQ_LEN
-            # The documents' pieces inside [begin, end), from their lengths alone.
-            cuts = [begin, *(s for s in starts.tolist() if begin < s < end), end]
-            pieces = np.diff(cuts)
+            pieces = _pieces(starts, k)
             assert np.array_equal(batch["doc_lens"][row], pieces)
             positions = np.concatenate([np.arange(p) for p in pieces])
             assert np.array_equal(batch["position_ids"][row], positions)
