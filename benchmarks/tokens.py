@@ -1,0 +1,279 @@
+"""Token streams for language-model pretraining from a bucket: stoker's TokenLoader against
+LitData, Mosaic Streaming and a numpy memmap loop.
+
+Issue 24's benchmark. A corpus of random token documents (50-3,000 tokens, GPT-2's
+vocabulary of 50,257 ids as ``uint16``, an end-of-text id after each; ~600 MB of tokens,
+``--quick`` ~100 MB) is written once in each loader's own format (``tokens_data.py``) and
+uploaded to SeaweedFS behind the 20 ms / 1 Gbit/s proxy. Every method delivers batches of
+8 sequences of ``seq_len=2048`` as ``input_ids`` and ``labels`` (the next tokens), shuffled,
+one whole epoch, in a process of its own (``tokens_children.py``):
+
+- stoker, cold: ``TokenLoader`` on its defaults, no cache; its first batch counted from
+  the process's start;
+- stoker, warm: the same with a disk cache, its second epoch timed (read from the cache);
+- LitData: ``StreamingDataset`` with ``TokensLoader(block_size=2049)`` over the same
+  documents packed by its own ``optimize``, in its ``StreamingDataLoader``
+  (``--litdata-workers``), reading the bucket through boto3/obstore with its
+  ``storage_options``; cold (a fresh cache directory);
+- Mosaic Streaming: ``StreamingDataset`` over the stream cut into MDS samples of 2,049
+  tokens (llm-foundry's layout), in a torch DataLoader (``--mosaic-workers``); cold;
+- memmap loop: the stream in a local file, ``np.memmap``, sequences in a random order
+  stacked into batches (nanoGPT's loop), one thread: the local-disk bound;
+- the link's ceiling: the tokens/s that 1 Gbit/s carries of ``uint16`` tokens.
+
+Bytes and GETs per epoch are the proxy's own counts; CPU seconds are the method's process
+and its worker processes over the timed epoch, per billion tokens of ``input_ids``. Every
+method runs ``--repeats`` times, interleaved, and the table shows medians. The output ends
+with issue 24's goals, each with what was measured (shown, not asserted).
+
+LitData and Mosaic Streaming are installed apart from the project's environment, for
+these child processes only (their requirements would replace the CPU torch and numpy):
+
+    pip install --target /tmp/tokens-libs --no-deps litdata mosaicml-streaming \\
+        lightning-utilities xxhash zstd catalogue brotli python-snappy cramjam \\
+        'transformers<5' 'huggingface_hub<1' safetensors regex 'tokenizers<0.23'
+    python benchmarks/tokens.py --libs /tmp/tokens-libs           # ~600 MB of tokens, 3 rounds
+    python benchmarks/tokens.py --libs /tmp/tokens-libs --quick   # ~100 MB, one round
+
+A method whose library does not import is reported as not run, with why. Writes
+benchmarks/out/tokens.json and benchmarks/out/tokens.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from stoker.testing.netproxy import LinkConfig, NetProxy
+from stoker.testing.seaweed import ACCESS_KEY, REGION, SECRET_KEY, SeaweedServer
+from tokens_data import CHILD, OUT, Corpus, prepare
+from tokens_libs import probe_libraries
+from tokens_report import report
+
+
+def cpu_seconds(pid: int | None) -> float:
+    """User + system CPU seconds of a process (None: this one), from /proc."""
+    if pid is None:
+        times = os.times()
+        return times.user + times.system
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Bench:
+    """The methods, against one server, proxy and corpus."""
+
+    def __init__(
+        self,
+        server: SeaweedServer,
+        proxy: NetProxy,
+        corpus: Corpus,
+        args: argparse.Namespace,
+        scratch: Path,
+        paths: dict[str, str],
+    ) -> None:
+        self.server, self.proxy, self.corpus, self.args = server, proxy, corpus, args
+        self.scratch, self.paths = scratch, paths
+
+    def env(self, method: str) -> dict[str, str]:
+        env = {
+            **os.environ,
+            "AWS_ENDPOINT_URL": self.proxy.endpoint,
+            "S3_ENDPOINT_URL": self.proxy.endpoint,  # Mosaic Streaming's variable
+            "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+            "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+            "AWS_REGION": REGION,
+            "AWS_DEFAULT_REGION": REGION,
+        }
+        extra = self.paths.get(method)
+        if extra:
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [extra, env.get("PYTHONPATH")]))
+        return env
+
+    def child(self, method: str, command: list[str]) -> dict[str, Any]:
+        """A method in its own process; its first batch counted from the process's start."""
+        server_cpu, harness_cpu = cpu_seconds(self.server.pid), cpu_seconds(None)
+        before = self.proxy.stats()
+        started = time.time()
+        done = subprocess.run(
+            [sys.executable, str(CHILD), *command],
+            env=self.env(method),
+            capture_output=True,
+            text=True,
+        )
+        wall = time.time() - started
+        after = self.proxy.stats()
+        if done.returncode:
+            raise RuntimeError(f"{method} failed:\n{done.stderr[-4000:]}")
+        result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+        result["first_batch_s"] = result.pop("first_batch_at") - started
+        result["import_s"] = result.pop("imported_at") - started
+        if "opened_at" in result:  # stoker: made the loader (read the index) by then
+            result["open_s"] = result.pop("opened_at") - started - result["import_s"]
+        result.pop("started_at", None)
+        result["wall_s"] = wall
+        result["bytes_per_epoch"] = after.bytes_down - before.bytes_down
+        result["requests_per_epoch"] = after.requests - before.requests
+        # The server and the proxy (a thread of this process) share the cores with the
+        # method: how much of the machine they took while it ran.
+        result["server_cores"] = (cpu_seconds(self.server.pid) - server_cpu) / wall
+        result["proxy_cores"] = (cpu_seconds(None) - harness_cpu) / wall
+        return result
+
+    def _base(self) -> list[str]:
+        return [str(self.args.seq_len), str(self.args.batch)]
+
+    def stoker(self) -> dict[str, Any]:
+        result = self.child("stoker", ["stoker", self.corpus.url("stoker"), *self._base()])
+        result["data_bytes"] = self.corpus.formats["stoker"]
+        return result
+
+    def stoker_warm(self) -> dict[str, Any]:
+        cache = self.scratch / "stoker-cache"
+        try:
+            command = ["stoker", self.corpus.url("stoker"), *self._base(), str(cache)]
+            result = self.child("stoker", command)
+        finally:
+            shutil.rmtree(cache, ignore_errors=True)
+        # What its timed (second) epoch read from the store: the proxy saw both epochs.
+        result["bytes_per_epoch"] = result["own_bytes_read"]
+        result["requests_per_epoch"] = result["own_gets"]
+        result["first_batch_s"] = None  # its timed epoch starts after a whole one
+        result["data_bytes"] = self.corpus.formats["stoker"]
+        return result
+
+    def litdata(self) -> dict[str, Any]:
+        cache = self.scratch / "litdata-cache"
+        workers = str(self.args.litdata_workers)
+        try:
+            command = ["litdata", self.corpus.url("litdata"), *self._base(), workers, str(cache)]
+            result = self.child("litdata", command)
+        finally:
+            shutil.rmtree(cache, ignore_errors=True)
+        result["data_bytes"] = self.corpus.formats["litdata"]
+        return result
+
+    def mosaic(self) -> dict[str, Any]:
+        local = self.scratch / "mosaic-local"
+        workers = str(self.args.mosaic_workers)
+        try:
+            command = ["mosaic", self.corpus.url("mds"), *self._base(), workers, str(local)]
+            result = self.child("mosaic", command)
+        finally:
+            shutil.rmtree(local, ignore_errors=True)
+        result["data_bytes"] = self.corpus.formats["mds"]
+        return result
+
+    def memmap(self) -> dict[str, Any]:
+        result = self.child("memmap", ["memmap", str(self.corpus.stream), *self._base()])
+        for key in ("bytes_per_epoch", "requests_per_epoch", "server_cores", "proxy_cores"):
+            result.pop(key)
+        result["first_batch_s"] = None  # local disk: not a cold start from the bucket
+        return result
+
+
+METHODS = ["stoker", "stoker_warm", "litdata", "mosaic", "memmap"]
+
+
+def median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each number's median over the runs (other values from the first run)."""
+    merged = dict(runs[0])
+    for key, value in runs[0].items():
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            merged[key] = statistics.median(run[key] for run in runs)
+    merged["runs"] = len(runs)
+    return merged
+
+
+def run_rounds(bench: Bench, methods: list[str], repeats: int) -> dict[str, Any]:
+    runs: dict[str, list[dict[str, Any]]] = {m: [] for m in methods}
+    for round_ in range(repeats):
+        for method in methods if round_ % 2 == 0 else methods[::-1]:
+            result = getattr(bench, method)()
+            runs[method].append(result)
+            print(
+                f"round {round_ + 1}: {method} {result['tokens_per_s'] / 1e6:,.2f} M tokens/s",
+                flush=True,
+            )
+    merged = {}
+    for method, method_runs in runs.items():
+        merged[method] = median_of(method_runs)
+        merged[method]["each_round"] = [r["tokens_per_s"] for r in method_runs]
+    return merged
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--token-mb", type=int, default=600, help="MB of uint16 tokens")
+    parser.add_argument("--seq-len", type=int, default=2048)
+    parser.add_argument("--batch", type=int, default=8, help="sequences per batch")
+    parser.add_argument("--repeats", type=int, default=3, help="rounds, interleaved")
+    parser.add_argument("--rtt-ms", type=float, default=20.0)
+    parser.add_argument("--gbit", type=float, default=1.0, help="the proxy's link, Gbit/s")
+    parser.add_argument("--litdata-workers", type=int, default=2)
+    parser.add_argument("--mosaic-workers", type=int, default=2)
+    parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument(
+        "--libs", help="a folder with litdata and mosaicml-streaming (pip install --target)"
+    )
+    parser.add_argument("--quick", action="store_true", help="~100 MB of tokens, one round")
+    args = parser.parse_args()
+    if args.quick:
+        args.token_mb, args.repeats = 100, 1
+    OUT.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    results: dict[str, Any] = {
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "load_before": os.getloadavg(),
+        },
+        "args": vars(args),
+    }
+    with tempfile.TemporaryDirectory(prefix="stoker-tokens-") as tmp:
+        scratch = Path(tmp)
+        libraries = probe_libraries(args.libs, scratch)
+        results["libraries"] = libraries
+        paths = {name: lib["path"] for name, lib in libraries.items() if lib["ok"]}
+        wanted = args.methods.split(",")
+        methods = [m for m in METHODS if m in wanted and libraries.get(m, {"ok": True})["ok"]]
+        with SeaweedServer() as server:
+            server.create_bucket("bench-tokens")
+            corpus = prepare(args.token_mb, args.seq_len, server, paths=paths)
+            results["corpus"] = {
+                "key": corpus.key,
+                "tokens": corpus.tokens,
+                "documents": corpus.documents,
+                "token_bytes": corpus.token_bytes,
+                "formats": corpus.formats,
+            }
+            link = LinkConfig(rtt_s=args.rtt_ms / 1000, bandwidth_bytes_s=args.gbit * 125e6)
+            with NetProxy("127.0.0.1", server.port, link=link) as proxy:
+                bench = Bench(server, proxy, corpus, args, scratch, paths)
+                results["methods"] = run_rounds(bench, methods, args.repeats)
+    results["machine"]["load_after"] = os.getloadavg()
+    results["seconds"] = time.perf_counter() - started
+    text, goals = report(results, args)
+    results["goals"] = goals
+    (OUT / "tokens.json").write_text(json.dumps(results, indent=2))
+    (OUT / "tokens.md").write_text(text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
