@@ -4,10 +4,14 @@ killed mid-epoch and the job going on with the one left (docs/nodes.md does it b
 Each node is a network namespace with a veth pair to the root namespace and an address of its
 own (198.18.0.0/15), runs ``torchrun --nnodes 1:2 --nproc-per-node 2`` with its own disk cache,
 and reads the packed dataset from the session's SeaweedFS server through a delaying proxy that
-listens on its veth pair's host end. Epoch 0 runs on 4 ranks; in epoch 1, after the checkpoint
-at step 4, node 1 is killed (SIGKILL to every process in its namespace), torchrun on node 0
-restarts its workers at a new rendezvous of one node, and they resume from the checkpoint on a
-world of 2.
+listens on its veth pair's host end. The first rendezvous round closes as soon as both nodes
+have joined (the most ``1:2`` allows), so epoch 0 runs on 4 ranks (checked); in epoch 1, after
+the checkpoint at step 4, node 1 is killed (SIGKILL to every process in its namespace), torchrun
+on node 0 restarts its workers at a new round of one node, and they resume from the checkpoint
+on a world of 2.
+
+About 65-75 s on the 2-core development machine at a load average of 10-12 from other test
+runs (25 CPU-s waited for, most of it 8 Python processes importing torch).
 """
 
 from __future__ import annotations
@@ -57,8 +61,9 @@ def nodes() -> Iterator[list[Node]]:
 
 
 @pytest.fixture
-def dataset(s3_bucket: Any, tmp_path: Path) -> tuple[str, int]:
-    """A packed dataset of SAMPLES JPEGs in the bucket, and the bytes of its shards."""
+def dataset(s3_bucket: Any, tmp_path: Path) -> tuple[str, int, int]:
+    """A packed dataset of SAMPLES JPEGs in the bucket: its URL, the bytes of its shards and
+    the bytes of its index."""
     write_image_folder(tmp_path / "images", files=SAMPLES, classes=6, width=96, height=80)
     url = f"{s3_bucket.url}/ds"
     pack(
@@ -69,8 +74,9 @@ def dataset(s3_bucket: Any, tmp_path: Path) -> tuple[str, int]:
     )
     listed = s3_bucket.store("ds").list()
     shard_bytes = sum(meta.size for meta in listed if meta.key.endswith(".tar"))
+    index_bytes = sum(meta.size for meta in listed if not meta.key.endswith(".tar"))
     assert shard_bytes > 0
-    return url, shard_bytes
+    return url, shard_bytes, index_bytes
 
 
 def _torchrun(
@@ -140,9 +146,9 @@ def _records(out: Path, restart: int) -> list[dict[str, Any]]:
 
 
 def test_two_nodes_exactly_once_per_node_bytes_and_elastic_restart(
-    nodes: list[Node], dataset: tuple[str, int], s3_bucket: Any, tmp_path: Path
+    nodes: list[Node], dataset: tuple[str, int, int], s3_bucket: Any, tmp_path: Path
 ) -> None:
-    url, shard_bytes = dataset
+    url, shard_bytes, index_bytes = dataset
     out, logs = tmp_path / "out", tmp_path / "logs"
     out.mkdir()
     logs.mkdir()
@@ -223,7 +229,8 @@ def test_two_nodes_exactly_once_per_node_bytes_and_elastic_restart(
 
     # Each node's store bytes in epoch 0: the bytes of the samples it delivered, plus at most
     # what its ranks' cuts cost (a rank reads the whole read group that straddles each end of
-    # its piece) and the rounding of each GET out to whole disk-cache pages.
+    # its piece), the rounding of each GET out to whole disk-cache pages, and the index that
+    # each rank reads once.
     index = open_dataset(url, storage_options=s3_bucket.options()).index
     length = dict(zip(index.keys, index.length.tolist(), strict=True))
     group_bytes = GROUP_SAMPLES * max(length.values())
@@ -233,7 +240,8 @@ def test_two_nodes_exactly_once_per_node_bytes_and_elastic_restart(
         gets = sum(log["store_gets"] for log in logs0)
         delivered = sum(length[k] for log in logs0 for step in log["steps"] for k in step)
         print(f"{node}: {fetched} bytes in {gets} GETs, {fetched / shard_bytes:.3f} of the shards")
-        assert delivered <= fetched <= delivered + 4 * group_bytes + 2 * PAGE_BYTES * gets
+        slack = 4 * group_bytes + 2 * PAGE_BYTES * gets + len(logs0) * index_bytes
+        assert delivered <= fetched <= delivered + slack
         assert 0.4 <= fetched / shard_bytes <= 0.65
 
     # Epoch 1: 4 ranks to the checkpoint at step 4, then node 0 alone on a world of 2.
