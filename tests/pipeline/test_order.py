@@ -26,6 +26,7 @@ configs = st.builds(
     block_size=st.integers(1, 50),
     group_blocks=st.integers(1, 8),
     window=st.sampled_from([None, 1, 2, 5, 16, 40]),
+    window_start=st.sampled_from([None, 1, 3, 40]),
 )
 
 
@@ -200,3 +201,13 @@ def test_a_window_starts_narrow_so_the_first_batch_waits_for_few_groups() -> Non
     # The same inputs give the same order.
     again = assign(epoch_order(sizes, config=config, epoch=0), rank=0, world_size=1)
     assert np.array_equal(share.samples, again.samples)
+
+
+def test_a_window_started_whole_mixes_the_first_batch_through_all_of_it() -> None:
+    sizes = [200] * 10
+    config = OrderConfig(block_size=5, group_blocks=4, window=16, window_start=16, seed=3)
+    share = assign(epoch_order(sizes, config=config, epoch=0), rank=0, world_size=1)
+    assert len(set(share.groups[:16].tolist())) >= 7  # 16 draws from all 16 groups (not 3)
+    assert config.window_starts == 16
+    assert OrderConfig(window=16).window_starts == 2
+    assert OrderConfig(window=4, window_start=9).window_starts == 4  # at most the window

@@ -79,6 +79,11 @@ class OrderConfig:
             memory and reads that many before the first batch. A Loader leaves it at 1 for a
             pack written in shuffled order and otherwise sizes it to about
             :data:`~stoker.pipeline.plan.WINDOW_TARGET_BYTES`.
+        window_start: Read groups the window starts with: the first batch waits for these
+            to be read and draws from them; the window then widens to ``window``. Unset:
+            ``ceil(window / WINDOW_START_DIVISOR)``, a first batch soon; ``window_start =
+            window`` reads the whole window first and mixes the first batches as well as
+            the rest.
     """
 
     mode: ShuffleMode = "blocks"
@@ -86,12 +91,13 @@ class OrderConfig:
     block_size: int | None = None
     group_blocks: int | None = None
     window: int | None = None
+    window_start: int | None = None
 
     def __post_init__(self) -> None:
         check_choice("mode", self.mode, ("blocks", "random", "none"))
         if self.seed is not None:
             check_int("OrderConfig seed", self.seed, minimum=0)
-        for name in ("block_size", "group_blocks", "window"):
+        for name in ("block_size", "group_blocks", "window", "window_start"):
             value = getattr(self, name)
             if value is not None:
                 check_int(f"OrderConfig {name}", value, minimum=1)
@@ -117,6 +123,15 @@ class OrderConfig:
         return 1 if self.window is None else self.window
 
     @property
+    def window_starts(self) -> int:
+        """Read groups the window starts with: ``window_start`` (at most the window), or
+        ``ceil(window / WINDOW_START_DIVISOR)`` when unset."""
+        windows = self.windows
+        if self.window_start is None:
+            return max(1, -(-windows // WINDOW_START_DIVISOR))
+        return min(self.window_start, windows)
+
+    @property
     def group_samples(self) -> int:
         """Samples per read group."""
         return self.blocks * self.groups
@@ -136,12 +151,14 @@ class EpochOrder:
         group_starts: Offsets into ``samples`` where each group starts (plus ``len``).
         window: Read groups each rank mixes together (see :class:`OrderConfig`).
         seed: What seeds the window's mixing: the run's seed and the epoch.
+        window_start: Read groups the window starts with (0: the default for ``window``).
     """
 
     samples: np.ndarray
     group_starts: np.ndarray
     window: int = 1
     seed: tuple[int, ...] = ()
+    window_start: int = 0
 
     @property
     def groups(self) -> int:
@@ -209,6 +226,7 @@ def epoch_order(shard_sizes: Sequence[int], *, config: OrderConfig, epoch: int) 
         np.asarray(bounds, dtype=np.int64),
         window=config.windows,
         seed=(config.seed_value, epoch),
+        window_start=config.window_starts,
     )
 
 
@@ -288,7 +306,9 @@ def assign(
     groups -= groups[0] if real else 0
     if order.window > 1 and real:
         seed = [*order.seed, first, real, world_size, total]
-        mine, groups = _mix_window(mine, groups, order.window, np.random.default_rng(seed))
+        start = order.window_start or max(1, -(-order.window // WINDOW_START_DIVISOR))
+        rng = np.random.default_rng(seed)
+        mine, groups = _mix_window(mine, groups, order.window, rng, start=min(start, order.window))
     if drop_last:
         return Share(mine, 0, total - each * world_size, 0, groups)
     repeats = each * world_size - total
@@ -301,13 +321,13 @@ def assign(
 
 
 def _mix_window(
-    samples: np.ndarray, groups: np.ndarray, window: int, rng: np.random.Generator
+    samples: np.ndarray, groups: np.ndarray, window: int, rng: np.random.Generator, *, start: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """Mix a rank's piece through a sliding window of up to ``window`` read groups.
 
     Group ``g`` (numbered along the piece) spreads its samples uniformly over a stretch of a
     time line that ends at ``g + 1`` and is ``width(g)`` long, and the piece is sorted by
-    time. The first ``start = ceil(window / WINDOW_START_DIVISOR)`` groups all spread over
+    time. The first ``start`` groups (:attr:`OrderConfig.window_starts`) all spread over
     ``[0, start)`` (a small shuffle buffer filling); later stretches widen by
     ``1 / WINDOW_GROWTH_GROUPS`` per group up to ``window``. At any point about
     ``width`` groups are being delivered, so a batch draws from that many; a group is first
@@ -315,7 +335,6 @@ def _mix_window(
     ``start`` groups, not ``window``.
     """
     count = int(groups[-1]) + 1
-    start = max(1, -(-window // WINDOW_START_DIVISOR))
     jitter = rng.random(len(samples))
     if count <= start:  # the whole piece fits in the first window: a plain permutation
         time = jitter
