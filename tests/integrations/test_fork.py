@@ -107,11 +107,12 @@ def test_iterable_dataset_after_the_parent_read_its_index(
         order=OrderConfig(block_size=4, group_blocks=2),
         transform=RandomResizedCrop(8),
     )
-    assert len(dataset.opened().class_names) == 4
+    assert len(dataset.class_names) == 4
     batches = dataset.batches_per_epoch()
     delivered = list(forked(dataset, batch_size=None))
     assert len(delivered) == batches
-    exactly_once([k for b in delivered for k in b["key"]], list(dataset.opened().index.keys))
+    keys = dataset.opened().datasets[0].index.keys
+    exactly_once([k for b in delivered for k in b["key"]], list(keys))
 
 
 class PerWorker(IterableDataset[list[str]]):

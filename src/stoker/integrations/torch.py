@@ -27,34 +27,23 @@ from __future__ import annotations
 import time
 import weakref
 from collections.abc import Generator, Iterator, Mapping
-from dataclasses import replace
 from typing import Any, Unpack
 
 import torch
-from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+from torch.utils.data import DataLoader
 
+from stoker.core.checks import check_choice
 from stoker.core.metrics import TraceEvent
-from stoker.format.reader import ShardDataset, open_dataset
-from stoker.integrations.observe import (
-    RunRecord,
-    WorkerReport,
-    batched_by_a_dataloader,
-    new_events,
-)
+from stoker.integrations.observe import RunRecord
+from stoker.integrations.torch_dataset import StokerIterableDataset, detect_world
 from stoker.integrations.torch_tensors import each_tensor, to_tensors
-from stoker.pipeline.config import DecodeConfig, LoaderOptions
-from stoker.pipeline.loader import Loader
-from stoker.pipeline.plan import batches_per_epoch, resolve_order, resolve_seed, resume_point
-from stoker.pipeline.sources import DatasetSource
+from stoker.integrations.torch_workers import refuse_bootstrap
+from stoker.pipeline.config import LoaderOptions
+from stoker.pipeline.plan import resume_point
+from stoker.pipeline.sources import SourceLike
 from stoker.pipeline.stats import LoaderStats
-from stoker.pipeline.world import World
 
-
-def detect_world() -> tuple[int, int]:
-    """``(rank, world_size)`` from an initialised ``torch.distributed``, else ``(0, 1)``."""
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return torch.distributed.get_rank(), torch.distributed.get_world_size()
-    return 0, 1
+__all__ = ["StokerIterableDataset", "TorchLoader", "detect_world", "to_tensors"]
 
 
 def _as_delivered(item: Any) -> Any:
@@ -62,134 +51,6 @@ def _as_delivered(item: Any) -> Any:
     (the default one would turn tuples and arrays in a field's objects into lists and tensors,
     unlike ``num_workers=0``)."""
     return item
-
-
-class StokerIterableDataset(IterableDataset[dict[str, Any]]):
-    """Whole batches from a packed dataset, split by rank and DataLoader worker.
-
-    Use with ``DataLoader(dataset, batch_size=None, num_workers=k)``: the dataset makes
-    the batches, so the DataLoader must not batch them again (its default ``batch_size=1``
-    would add a leading dimension of 1 to every array; that is refused with an error).
-    Each worker runs its own loader and makes batches ``w, w + k, ...`` of the rank's
-    epoch, so the DataLoader's in-order output is the same batch sequence whatever ``k``
-    is. Any start method works, whatever the parent did first: a forked worker (Linux's
-    default) reads the dataset the parent opened with a client and I/O engine of its own;
-    a spawned one opens it again (the open dataset is not pickled).
-
-    Args:
-        url: Dataset URL.
-        batch_size: Samples per batch.
-        **options: :class:`stoker.Loader`'s settings (``transform``, ``seed``, ``order``,
-            ``decode``, ``cache``, ...). ``world`` defaults to the rank of
-            :func:`detect_world`; its worker fields are set per DataLoader worker.
-    """
-
-    def __init__(self, url: str, *, batch_size: int, **options: Unpack[LoaderOptions]) -> None:
-        super().__init__()
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        self.url = url
-        self.batch_size = batch_size
-        if options.get("world") is None:
-            rank, world_size = detect_world()
-            options["world"] = World(rank=rank, world_size=world_size)
-        self.options = options
-        self.epoch = 0
-        self.resume: dict[str, Any] | None = None  # a Loader state to continue from
-        # Yield (batch, the loader's state after it, WorkerReport or None) triples.
-        self.with_state = False
-        self.max_events: int | None = None  # keep a timeline of this many events
-        self.live: Loader | None = None  # the loader iterating in this process, if any
-        self._opened: ShardDataset | None = None  # this process's open dataset
-
-    def __getstate__(self) -> dict[str, Any]:
-        # Worker processes open the dataset themselves; open stores do not travel.
-        state = dict(self.__dict__)
-        state["_opened"] = None
-        state["live"] = None
-        return state
-
-    def opened(self) -> ShardDataset:
-        """The dataset, opened once per process (its index read once, not every epoch)."""
-        if self._opened is None:
-            self._opened = open_dataset(
-                self.url, storage_options=self.options.get("storage_options")
-            )
-        return self._opened
-
-    def set_epoch(self, epoch: int) -> None:
-        """Use epoch ``epoch``'s order from the next iteration on."""
-        if epoch != self.epoch:
-            self.epoch = epoch
-            self.resume = None
-
-    def batches_per_epoch(self) -> int:
-        """Batches of this rank's epoch (computed from the index; no loader is made)."""
-        source = DatasetSource(self.opened())
-        options = self.options
-        order = resolve_order(
-            options.get("order"),
-            seed=options.get("seed"),
-            units=source.units(),
-            unit_bytes=source.unit_bytes(),
-        )
-        world = options.get("world") or World()
-        return batches_per_epoch(
-            source.epoch_order(order, self.epoch),
-            world=world,
-            batch_size=self.batch_size,
-            drop_last=bool(options.get("drop_last", False)),
-        )
-
-    def fresh_state(self) -> dict[str, Any]:
-        """The state of this epoch's start (see :meth:`stoker.Loader.state_dict`)."""
-        options = self.options
-        world = options.get("world") or World()
-        return {
-            "epoch": self.epoch,
-            "batches": 0,
-            "batch_size": self.batch_size,
-            "seed": resolve_seed(options.get("order"), options.get("seed")),
-            "world_size": world.world_size,
-            "segments": [],
-        }
-
-    def __iter__(self) -> Iterator[Any]:
-        if batched_by_a_dataloader(self):
-            raise TypeError(
-                f"{self.url}: StokerIterableDataset yields whole batches of "
-                f"{self.batch_size}; give the DataLoader batch_size=None "
-                "(DataLoader(dataset, batch_size=None, num_workers=k)): with its default "
-                "batch_size=1 every array would gain a leading dimension of 1"
-            )
-        info = get_worker_info()
-        options: LoaderOptions = dict(self.options)  # type: ignore[assignment]  # a copy
-        world = options.get("world") or World()
-        if info is not None:
-            options["world"] = replace(world, worker=info.id, num_workers=info.num_workers)
-            decode = options.get("decode")
-            if decode is None or decode.threads in ("cpus", "auto"):
-                # A worker process is one of several: one decode thread each by default.
-                options["decode"] = replace(decode or DecodeConfig(), threads=1)
-        with Loader(self.opened(), batch_size=self.batch_size, **options) as loader:
-            loader.set_epoch(self.epoch)
-            if self.resume is not None:
-                loader.load_state_dict(self.resume)
-            if self.max_events is not None:
-                loader.trace(max_events=self.max_events)
-            self.live = loader
-            last: TraceEvent | None = None
-            for batch in loader:
-                tensors = to_tensors(batch)
-                if not self.with_state:
-                    yield tensors
-                    continue
-                report = None
-                if info is not None:  # the training process cannot see this loader
-                    events = new_events(loader.events(), last) if self.max_events else []
-                    last = events[-1] if events else last
-                    report = WorkerReport(info.id, loader.stats(), tuple(events))
-                yield tensors, loader.state_dict(), report
 
 
 class TorchLoader:
@@ -206,11 +67,25 @@ class TorchLoader:
     the DataLoader's ``prefetch_factor`` each), and the ``consumer.wait`` and
     ``consumer.step`` stages are measured here, in the training process.
 
+    With ``num_workers=k`` the worker processes start with the first iteration and, by
+    default, serve every epoch after it (as a DataLoader's ``persistent_workers``): the
+    first batch of a later epoch pays no worker start, and each worker makes its first
+    batch of the next epoch as soon as its share of this one is made. :meth:`close` (or
+    leaving a ``with`` block) stops them.
+
     Args:
-        url: Dataset URL.
+        source: What :class:`stoker.Loader` takes: a dataset URL or path, an unpacked
+            folder of class folders, an opened dataset, several URLs, a
+            :class:`~stoker.pipeline.config.SourceConfig`.
         batch_size: Samples per batch.
         num_workers: 0 runs stoker's threaded pipeline in this process (best for the
             built-in transforms); ``k > 0`` runs it in ``k`` DataLoader worker processes.
+        persistent_workers: Keep the worker processes from one epoch to the next.
+        multiprocessing_context: How worker processes start (``"spawn"``,
+            ``"forkserver"`` or ``"fork"``). With spawn and forkserver each worker runs
+            the training script again from the top: the script needs an
+            ``if __name__ == "__main__":`` guard (without one, iterating raises an error
+            saying so); ``"fork"`` (Linux) needs none.
         pin_memory: Pin the batches' tensors in page-locked memory (for fast, asynchronous
             copies); lists of strings and other objects stay as they are.
         device: Move the batches' tensors there (each tensor of a ragged field's list
@@ -223,19 +98,29 @@ class TorchLoader:
 
     def __init__(
         self,
-        url: str,
+        source: SourceLike,
         *,
         batch_size: int,
         num_workers: int = 0,
+        persistent_workers: bool = True,
+        multiprocessing_context: str = "spawn",
         pin_memory: bool = False,
         device: str | torch.device | None = None,
         channels_last: bool = False,
         **options: Unpack[LoaderOptions],
     ) -> None:
-        self.dataset = StokerIterableDataset(url, batch_size=batch_size, **options)
+        if num_workers < 0:
+            raise ValueError(f"num_workers must be >= 0, got {num_workers}")
+        check_choice(
+            "multiprocessing_context", multiprocessing_context, ("spawn", "forkserver", "fork")
+        )
+        self.dataset = StokerIterableDataset(source, batch_size=batch_size, **options)
         self.dataset.with_state = True
         self.dataset.fresh_state()  # a seed given twice, differently, raises now
         self.num_workers = num_workers
+        self.persistent_workers = persistent_workers
+        self.multiprocessing_context = multiprocessing_context
+        self._workers: DataLoader[Any] | None = None  # kept while its workers persist
         self.pin_memory = pin_memory
         self.device = torch.device(device) if device is not None else None
         self.channels_last = channels_last
@@ -298,31 +183,48 @@ class TorchLoader:
         """The counters of every epoch run so far (see the class docstring for workers)."""
         return self._record.stats(self.dataset.live)
 
-    def _finish_epoch(self) -> None:
-        self._record.finish(self.dataset.live)
-        self.dataset.live = None
+    def _finish(self) -> None:
+        """Fold what the loaders (or workers) now stopping have done into the totals."""
+        self._record.finish(self.dataset.live if self.num_workers == 0 else None)
 
     def _batches(self) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
         if self.num_workers == 0:
             for batch, state, _ in self.dataset:
                 yield batch, state
             return
-        loader = DataLoader(
-            self.dataset,
-            batch_size=None,
-            num_workers=self.num_workers,
-            persistent_workers=False,
-            multiprocessing_context="spawn",
-            collate_fn=_as_delivered,
-        )
+        if self._workers is None:
+            refuse_bootstrap(f"TorchLoader(num_workers={self.num_workers})")
+            self._workers = DataLoader(
+                self.dataset,
+                batch_size=None,
+                num_workers=self.num_workers,
+                persistent_workers=self.persistent_workers,
+                multiprocessing_context=self.multiprocessing_context,
+                collate_fn=_as_delivered,
+            )
         resumed = time.perf_counter()
-        for batch, state, report in loader:
+        batches = iter(self._workers)
+        while True:
+            try:
+                batch, state, report = next(batches)
+            except StopIteration:
+                break
+            except RuntimeError as exc:
+                if self._record.stats(None).batches or "exited unexpectedly" not in str(exc):
+                    raise
+                raise RuntimeError(
+                    f"{exc}: a TorchLoader worker exited before its first batch (its "
+                    "traceback is printed above). Under spawn or forkserver, a script "
+                    'without an `if __name__ == "__main__":` guard is the usual cause'
+                ) from exc
             now = time.perf_counter()
             self._record.report(report)
             self._record.delivered(len(batch["label"]), resumed, now)
             yield batch, state
             resumed = time.perf_counter()
             self._record.stepped(now, resumed)
+        if not self.persistent_workers:
+            self._stop_workers()
 
     def _prepare(self, batch: dict[str, Any]) -> dict[str, Any]:
         """Pin and move the batch's tensors (those in a list too); the rest stays as it is."""
@@ -345,7 +247,7 @@ class TorchLoader:
         return tensor
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        self.close()
+        self._stop_running()
         running = self._deliveries()
         self._running = weakref.ref(running)
         return running
@@ -356,27 +258,22 @@ class TorchLoader:
             # torch.cuda.Stream's constructor carries no annotations.
             stream = torch.cuda.Stream(device=self.device)  # type: ignore[no-untyped-call]
         upcoming: tuple[dict[str, Any], dict[str, Any]] | None = None
-        try:
-            for batch, state in self._batches():
-                if stream is None:
-                    self._state = state
-                    yield self._prepare(batch)
-                    continue
-                with torch.cuda.stream(stream):
-                    ready = (self._prepare(batch), state)
-                if upcoming is not None:
-                    yield self._deliver(upcoming, stream)
-                upcoming = ready
-            if upcoming is not None and stream is not None:
+        for batch, state in self._batches():
+            if stream is None:
+                self._state = state
+                yield self._prepare(batch)
+                continue
+            with torch.cuda.stream(stream):
+                ready = (self._prepare(batch), state)
+            if upcoming is not None:
                 yield self._deliver(upcoming, stream)
-        except GeneratorExit:
-            self._finish_epoch()  # stopped early: its work still counts
-            raise
+            upcoming = ready
+        if upcoming is not None and stream is not None:
+            yield self._deliver(upcoming, stream)
         # The epoch is over: the next iteration, and a state saved now, start the next one.
         self._state = None
         self.dataset.resume = None
         self.dataset.epoch += 1
-        self._finish_epoch()
 
     def _deliver(
         self, upcoming: tuple[dict[str, Any], dict[str, Any]], stream: Any
@@ -389,15 +286,32 @@ class TorchLoader:
         self._state = state
         return batch
 
-    def close(self) -> None:
-        """Stop an iteration under way: its decode threads, or its DataLoader's workers.
-
-        Iterating again starts anew (from :meth:`state_dict`'s position).
-        """
+    def _stop_running(self) -> None:
         running = self._running() if self._running is not None else None
         self._running = None
         if running is not None:
             running.close()
+
+    def _stop_workers(self) -> None:
+        workers, self._workers = self._workers, None
+        if workers is not None:
+            self._finish()
+            shutdown = getattr(workers._iterator, "_shutdown_workers", None)
+            if shutdown is not None:  # else the iterator stops them when collected
+                shutdown()
+
+    def close(self) -> None:
+        """Stop an iteration under way, and the loader behind it: its decode threads, or
+        its DataLoader's worker processes.
+
+        Iterating again starts anew (from :meth:`state_dict`'s position), with new workers.
+        """
+        self._stop_running()
+        if self.num_workers:
+            self._stop_workers()
+        elif self.dataset.live is not None:
+            self._finish()
+            self.dataset.close()
 
     def __enter__(self) -> TorchLoader:
         return self
