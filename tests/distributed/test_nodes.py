@@ -40,6 +40,7 @@ SAMPLES = 320  # 10 steps of 8 per rank on 4 ranks, 20 on 2
 STEPS_BEFORE_KILL = 4  # the checkpoint node 1 dies after, in epoch 1
 PAGE_BYTES = 4096  # the disk caches' pages: small, so rounding reads out to pages costs little
 GROUP_SAMPLES = 8  # samples per read group (one block): what a cut between ranks may cost
+AGENT_UP = "Starting elastic_operator"  # what torchrun's agent logs once it has started
 RENDEZVOUS_PORT = 29400  # in node 0's own network namespace: free whatever the host runs
 
 
@@ -89,6 +90,7 @@ def _torchrun(
         f"STOKER_NODE=node{index}",
         f"GLOO_SOCKET_IFNAME={node.interface}",
         "OMP_NUM_THREADS=1",
+        "LOGLEVEL=INFO",  # the agent logs AGENT_UP, and its rendezvous rounds
         # A new store for each attempt: torch 2.13 reuses the agent's shared one after a
         # restart, where the killed attempt's keys send gloo to addresses no longer open.
         "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1",
@@ -158,11 +160,13 @@ def test_two_nodes_exactly_once_per_node_bytes_and_elastic_restart(
         for node in nodes
     ]
     processes: dict[str, subprocess.Popen[bytes]] = {}
+    started = time.monotonic()
     try:
         for proxy in proxies:
             proxy.start()
-        # Node 1 first: its agent waits to reach the rendezvous store that node 0 hosts, so
-        # both join the first round before node 0's last call (3 s) closes it.
+        # Node 1 first, and node 0 once node 1's agent is up and waiting to reach the
+        # rendezvous store that node 0 hosts: both then join the first round before node 0's
+        # last call (3 s) could close it with node 0 alone.
         for index in (1, 0):
             node, proxy = nodes[index], proxies[index]
             args = [
@@ -178,7 +182,14 @@ def test_two_nodes_exactly_once_per_node_bytes_and_elastic_restart(
             processes[f"node{index}"] = _torchrun(
                 node, index, rendezvous=f"{nodes[0].address}:{RENDEZVOUS_PORT}", args=args, log=log
             )
-        started = time.monotonic()
+            if index == 1:
+                _wait(
+                    lambda: AGENT_UP in (logs / "node1.log").read_text(errors="replace"),
+                    "node 1's torchrun agent",
+                    processes,
+                    logs,
+                    60,
+                )
         _wait(
             lambda: len(list(out.glob("paused.rank*"))) == 4,
             "pause in epoch 1",

@@ -171,14 +171,17 @@ def _write_etc(node: Node) -> None:
     # up every peer's name): here the host name is the node's own address, and DNS goes to
     # the namespace's loopback, which refuses at once.
     etc = _etc(node.namespace)
-    etc.mkdir(parents=True, exist_ok=True)
     hostname = socket.gethostname()
-    (etc / "hosts").write_text(
-        f"127.0.0.1 localhost\n::1 localhost\n{node.address} {hostname}\n", encoding="utf-8"
-    )
-    (etc / "resolv.conf").write_text(
-        "# no DNS in a stoker.testing.netns node\nnameserver 127.0.0.1\n", encoding="utf-8"
-    )
+    try:
+        etc.mkdir(parents=True, exist_ok=True)
+        (etc / "hosts").write_text(
+            f"127.0.0.1 localhost\n::1 localhost\n{node.address} {hostname}\n", encoding="utf-8"
+        )
+        (etc / "resolv.conf").write_text(
+            "# no DNS in a stoker.testing.netns node\nnameserver 127.0.0.1\n", encoding="utf-8"
+        )
+    except OSError as exc:
+        raise NetnsError(f"cannot write {etc}: {exc}") from exc
 
 
 def _remove_etc(namespace: str) -> None:
