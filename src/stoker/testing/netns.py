@@ -16,12 +16,15 @@ the node's own end, named ``eth0`` inside the namespace, is ``.4i+2``. Nodes rea
 through the host: IPv4 forwarding is switched on for the host ends of these veth pairs only
 (``net.ipv4.conf.<link>.forwarding``, gone with the link; the machine's ``ip_forward`` is left
 alone), and a node has a route to the run's ``/24`` only, no default route, so nothing it sends
-leaves the namespaces and host ends made here.
+leaves the namespaces and host ends made here. Each namespace also gets an ``/etc/netns/NAME``
+(``hosts`` mapping the machine's name to the node's address, ``resolv.conf`` with no reachable
+DNS server), which ``ip netns exec`` mounts over ``/etc``, so name lookups fail at once instead
+of timing out.
 
 Names carry the process id and a random token, so runs never collide; `NodeNetwork.close`
-kills every process in the namespaces and removes namespaces and links, whatever happened,
-and a new `NodeNetwork` first removes what a dead process (one killed before its cleanup ran)
-left behind.
+kills every process in the namespaces and removes namespaces, links and those files, whatever
+happened, and a new `NodeNetwork` first removes what a dead process (one killed before its
+cleanup ran) left behind.
 """
 
 from __future__ import annotations
