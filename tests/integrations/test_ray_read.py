@@ -124,8 +124,15 @@ def test_an_epoch_is_stokers_order_with_the_loaders_samples(
     images_url: str, bucket: tuple[str, dict[str, Any]]
 ) -> None:
     options = bucket[1]
+    # Reads as tasks of their own (a quarter of a CPU each), apart from the decoding.
     ds = ray_read.read_dataset(
-        images_url, seed=3, epoch=1, transform=CROP, order=ORDER, storage_options=options
+        images_url,
+        seed=3,
+        epoch=1,
+        transform=CROP,
+        order=ORDER,
+        storage_options=options,
+        read_num_cpus=0.25,
     )
     rows = ds.take_all()
     keys = [row["key"] for row in rows]
@@ -151,22 +158,25 @@ def test_a_seed_gives_its_order_and_another_seed_another(
     images_url: str, bucket: tuple[str, dict[str, Any]]
 ) -> None:
     def keys(seed: int, epoch: int) -> list[str]:
-        # A whole CPU per read task: Ray runs each read and its decoding as one task.
-        ds = ray_read.read_dataset(
-            images_url,
-            seed=seed,
-            epoch=epoch,
-            order=ORDER,
-            storage_options=bucket[1],
-            read_num_cpus=1,
+        return _keys(
+            ray_read.read_dataset(
+                images_url, seed=seed, epoch=epoch, order=ORDER, storage_options=bucket[1]
+            )
         )
-        return _keys(ds)
 
     first = keys(5, 0)
     assert keys(5, 0) == first
     assert sorted(keys(6, 0)) == sorted(first)
     assert keys(6, 0) != first
-    assert keys(5, 1) != first
+    second = keys(5, 1)
+    assert second != first
+    # Two epochs in one dataset: each in its own order, one after the other.
+    both = ray_read.read_dataset(
+        images_url, seed=5, epochs=2, order=ORDER, storage_options=bucket[1]
+    ).select_columns(["key", "epoch"])
+    rows = both.take_all()
+    assert [row["key"] for row in rows] == first + second
+    assert [row["epoch"] for row in rows] == [0] * IMAGES + [1] * IMAGES
 
 
 @pytest.mark.usefixtures("cluster")

@@ -14,15 +14,20 @@ every sample checked against its CRC-32, through stoker's own reader. Decoding a
 transform run in the ``map_batches`` tasks that follow, on any node of the cluster, with
 the Loader's decode stage (:class:`~stoker.pipeline.batching.BatchAssembler`): every field
 of a record comes as the Loader gives it, the same crop for a sample in a given epoch
-wherever it is decoded. Reads reserve a fraction of a CPU (``read_num_cpus``), so the
-network waits of several groups overlap the decoding of others.
+wherever it is decoded. A read task reserves a CPU (``read_num_cpus``), as the decoding
+does, so Ray runs each group's read and decoding as one task on one worker: no bytes
+cross the object store before they are decoded, and a cluster keeps one worker process
+per CPU. ``read_num_cpus=0.25`` makes reads tasks of their own, four per CPU, whose
+network waits overlap the decoding of other groups, at the cost of more worker processes
+(each importing Ray Data and stoker when it starts).
 
 The dataset delivers every sample of the epoch once, in the epoch's order when consumed
 in one stream (``preserve_order`` is set on its context). For Ray Train, pass it in
 ``datasets=`` and read ``ray.train.get_dataset_shard(name)`` in each worker: Ray splits
-the stream over the workers, each sample to one of them. A dataset is one epoch: make
-the next with ``epoch=epoch + 1`` (a fresh order); iterating the same one again repeats
-its order (and its crops).
+the stream over the workers, each sample to one of them. Iterating a dataset again
+repeats its order and its crops: make the next epoch with ``epoch=epoch + 1``, or make
+one dataset of ``epochs`` consecutive epochs (each row says its ``epoch``), which a
+Ray Train worker iterates once.
 
 Each Ray worker process opens the dataset once (its ``index.json`` and ``index.bin``)
 and keeps it for the tasks it runs after; it refuses a dataset whose shards are not those
@@ -32,6 +37,7 @@ the driver planned from (rewritten in between).
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
 import os
 import threading
@@ -44,7 +50,7 @@ from stoker.core.metrics import Stages
 from stoker.format.reader import ShardDataset, open_dataset
 from stoker.pipeline.batching import BatchAssembler
 from stoker.pipeline.config import DecodeConfig, config_or_default
-from stoker.pipeline.order import OrderConfig
+from stoker.pipeline.order import EpochOrder, OrderConfig
 from stoker.pipeline.plan import resolve_order
 from stoker.pipeline.sources import DatasetSource
 
@@ -61,9 +67,11 @@ except ImportError as exc:  # pragma: no cover - the extra names itself
 
 logger = logging.getLogger(__name__)
 
-#: CPUs a read task reserves by default: it mostly waits on the network, so four run per
-#: CPU beside the decoding tasks.
-READ_NUM_CPUS = 0.25
+#: CPUs a read task reserves by default: as many as the decoding, so that Ray fuses the two
+#: into one task. On 2 cores through the 20 ms proxy (benchmarks/ray_read.py, steady state)
+#: a quarter of a CPU made 0.5-0.6x the images/s: the extra workers it needs were started,
+#: and stopped when idle, again and again.
+READ_NUM_CPUS = 1.0
 #: Column prefix of a member's raw bytes in the read tasks' blocks.
 MEMBER_PREFIX = "member:"
 
@@ -73,6 +81,7 @@ def read_dataset(
     *,
     seed: int = 0,
     epoch: int = 0,
+    epochs: int = 1,
     transform: Any = None,
     batch_size: int | None = None,
     order: OrderConfig | None = None,
@@ -80,9 +89,10 @@ def read_dataset(
     storage_options: Mapping[str, Any] | None = None,
     read_num_cpus: float = READ_NUM_CPUS,
 ) -> Any:
-    """One epoch of a packed dataset as a ``ray.data.Dataset``, one row per sample.
+    """One epoch of a packed dataset (or several) as a ``ray.data.Dataset``, a row a sample.
 
-    Rows hold ``key`` (str), ``label`` and ``index`` (the sample's number in the dataset),
+    Rows hold ``key`` (str), ``label``, ``index`` (the sample's number in the dataset) and
+    ``epoch``,
     ``image`` where the samples have one (through ``transform``), and every other field of
     the record decoded as the Loader decodes it (``txt`` a str, ``json`` its object,
     ``npy`` an array, ...; ``decode.fields`` chooses and renames).
@@ -92,6 +102,7 @@ def read_dataset(
             refused: pack it first).
         seed: Seed of the order and of the augmentations.
         epoch: The epoch whose order (and crops) the dataset delivers.
+        epochs: Epochs the dataset holds, from ``epoch`` on, one after the other.
         transform: As :class:`stoker.Loader`'s: a built-in transform (images come out
             ``(H, W, 3)`` uint8 of its size), a callable taking a ``PIL.Image``, or None
             (full-size images).
@@ -105,7 +116,7 @@ def read_dataset(
         read_num_cpus: CPUs each read task reserves.
 
     Returns:
-        A ``ray.data.Dataset`` of the epoch's samples, each once, in its order.
+        A ``ray.data.Dataset`` of each epoch's samples, each once, in its order.
 
     Raises:
         FileNotFoundError: No packed dataset at ``source``.
@@ -113,6 +124,8 @@ def read_dataset(
     """
     if batch_size is not None and (isinstance(batch_size, bool) or batch_size < 1):
         raise ValueError(f"batch_size must be None or >= 1, got {batch_size!r}")
+    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
+        raise ValueError(f"epochs must be an int >= 1, got {epochs!r}")
     if read_num_cpus <= 0:
         raise ValueError(f"read_num_cpus must be > 0, got {read_num_cpus}")
     decode = config_or_default("decode", decode, DecodeConfig)
@@ -136,7 +149,8 @@ def read_dataset(
         stages=Stages(),
         threads=1,
     ).close()
-    datasource = StokerDatasource(dataset, opened.epoch_order(settings, epoch), options)
+    orders = {e: opened.epoch_order(settings, e) for e in range(epoch, epoch + epochs)}
+    datasource = StokerDatasource(dataset, orders, options)
     ds = ray.data.read_datasource(datasource, num_cpus=read_num_cpus)
     ds = ds.map_batches(
         _decode_block,
@@ -147,7 +161,6 @@ def read_dataset(
             "where": datasource.where,
             "transform": transform,
             "seed": settings.seed_value,
-            "epoch": epoch,
             "decode": decode,
         },
     )
@@ -156,27 +169,29 @@ def read_dataset(
 
 
 class StokerDatasource(Datasource):
-    """The read groups of one epoch of a packed dataset, one Ray read task each.
+    """The read groups of epochs of a packed dataset, one Ray read task each.
 
-    A task's block holds each sample's ``index``, ``key``, ``label``, its members' raw
+    A task's block holds each sample's ``index``, ``epoch``, ``key``, ``label``, its members' raw
     bytes (columns ``member:<ext>``, null where a sample lacks one) and ``error`` (what a
     sample that failed its CRC-32 or whose members are malformed failed with, else null);
     :func:`read_dataset` decodes it.
 
     Args:
         dataset: The opened dataset (the driver's; workers open their own).
-        order: The epoch's order.
+        orders: Each epoch's order, by epoch number, in the order delivered.
         storage_options: See :func:`stoker.open_store`.
     """
 
     def __init__(
-        self, dataset: ShardDataset, order: Any, storage_options: Mapping[str, Any]
+        self,
+        dataset: ShardDataset,
+        orders: Mapping[int, EpochOrder],
+        storage_options: Mapping[str, Any],
     ) -> None:
         super().__init__()  # type: ignore[no-untyped-call]  # Ray's is untyped
         self.where = _Where(dataset.url, dict(storage_options), _fingerprint(dataset))
         self._length = dataset.index.length
-        self._samples = order.samples
-        self._starts = order.group_starts
+        self._orders = dict(orders)
         self._members = tuple(sorted(dataset.index.fields))
 
     def get_name(self) -> str:
@@ -184,8 +199,8 @@ class StokerDatasource(Datasource):
         return "StokerReadGroups"
 
     def estimate_inmemory_data_size(self) -> int:
-        """Bytes of the epoch's samples in their shards."""
-        return int(self._length[self._samples].sum()) if len(self._samples) else 0
+        """Bytes of the epochs' samples in their shards."""
+        return sum(int(self._length[o.samples].sum()) for o in self._orders.values())
 
     def get_read_tasks(
         self,
@@ -193,19 +208,21 @@ class StokerDatasource(Datasource):
         per_task_row_limit: int | None = None,
         data_context: Any = None,
     ) -> list[Any]:
-        """One task per read group of the epoch, in order (``parallelism`` is not used:
+        """One task per read group of each epoch, in order (``parallelism`` is not used:
         the groups are the unit of reading)."""
         tasks = []
-        for begin, end in zip(self._starts[:-1].tolist(), self._starts[1:].tolist(), strict=True):
-            ids = self._samples[begin:end]
-            metadata = BlockMetadata(
-                num_rows=len(ids),
-                size_bytes=int(self._length[ids].sum()),
-                input_files=None,
-                exec_stats=None,
-            )
-            read = _GroupRead(self.where, ids, self._members)
-            tasks.append(ReadTask(read, metadata, per_task_row_limit=per_task_row_limit))
+        for epoch, order in self._orders.items():
+            starts = order.group_starts.tolist()
+            for begin, end in itertools.pairwise(starts):
+                ids = order.samples[begin:end]
+                metadata = BlockMetadata(
+                    num_rows=len(ids),
+                    size_bytes=int(self._length[ids].sum()),
+                    input_files=None,
+                    exec_stats=None,
+                )
+                read = _GroupRead(self.where, epoch, ids, self._members)
+                tasks.append(ReadTask(read, metadata, per_task_row_limit=per_task_row_limit))
         return tasks
 
 
@@ -261,8 +278,11 @@ def _source(where: _Where) -> DatasetSource:
 class _GroupRead:
     """A read task's work: one read group, fetched as the Loader fetches it."""
 
-    def __init__(self, where: _Where, ids: np.ndarray, members: tuple[str, ...]) -> None:
+    def __init__(
+        self, where: _Where, epoch: int, ids: np.ndarray, members: tuple[str, ...]
+    ) -> None:
         self.where = where
+        self.epoch = epoch
         self.ids = np.asarray(ids, dtype=np.int64)
         self.members = members
 
@@ -270,15 +290,18 @@ class _GroupRead:
         source = _source(self.where)
         engine = source.dataset.store.engine
         samples = engine.run(source.read_async(self.ids.tolist()))
-        return [_raw_block(self.ids, samples, self.members)]
+        return [_raw_block(self.epoch, self.ids, samples, self.members)]
 
 
-def _raw_block(ids: np.ndarray, samples: list[dict[str, Any]], members: Sequence[str]) -> Any:
+def _raw_block(
+    epoch: int, ids: np.ndarray, samples: list[dict[str, Any]], members: Sequence[str]
+) -> Any:
     names = list(members)
     for sample in samples:  # an index without field counts: the members found
         names.extend(k for k, v in sample.items() if isinstance(v, bytes) and k not in names)
     columns: dict[str, Any] = {
         "index": pa.array(ids, type=pa.int64()),
+        "epoch": pa.array(np.full(len(ids), epoch), type=pa.int64()),
         "key": pa.array([s["key"] for s in samples], type=pa.string()),
         "label": pa.array([int(s["label"]) for s in samples], type=pa.int64()),
         "error": pa.array(
@@ -292,12 +315,44 @@ def _raw_block(ids: np.ndarray, samples: list[dict[str, Any]], members: Sequence
 
 
 def _decode_block(
-    block: Any, *, where: _Where, transform: Any, seed: int, epoch: int, decode: DecodeConfig
+    block: Any, *, where: _Where, transform: Any, seed: int, decode: DecodeConfig
 ) -> Any:
-    """Decode a block of raw samples as the Loader decodes a batch (Ray's map function)."""
+    """Decode a block of raw samples as the Loader decodes a batch (Ray's map function):
+    each run of one epoch's samples as one batch, with that epoch's augmentations."""
     if block.num_rows == 0:
-        return block.select(["index", "key", "label"])
-    ids = block.column("index").to_numpy()
+        return block.select(["index", "epoch", "key", "label"])
+    epochs = block.column("epoch").to_numpy()
+    cuts = [0, *(np.flatnonzero(np.diff(epochs)) + 1).tolist(), len(epochs)]
+    source = _source(where)
+    assembler = BatchAssembler.for_source(
+        source,
+        transform,
+        seed=seed,
+        decode=decode,
+        fields=decode.fields,
+        stages=Stages(),
+        threads=1,
+    )
+    skipped: list[tuple[str, str]] = []
+    tables = []
+    try:
+        assembler.start_workers(batch_size=block.num_rows, depth=1)
+        for begin, end in itertools.pairwise(cuts):
+            part = block.slice(begin, end - begin)
+            ids, raw = part.column("index").to_numpy(), _raw_samples(part)
+            epoch = int(epochs[begin])
+            batch = assembler.finish(assembler.start(ids, raw, epoch), skipped)
+            batch["epoch"] = np.full(len(batch["index"]), epoch, dtype=np.int64)
+            tables.append(batch_table(batch))
+    finally:
+        assembler.close()
+    for key, reason in skipped:
+        logger.warning("%s: sample %r skipped: %s", where.url, key, reason)
+    return tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="default")
+
+
+def _raw_samples(block: Any) -> list[dict[str, Any]]:
+    """The samples of a raw block as the reader gave them: members, key, label, error."""
     keys = block.column("key").to_pylist()
     labels = block.column("label").to_pylist()
     errors = block.column("error").to_pylist()
@@ -313,25 +368,7 @@ def _decode_block(
             for sample, value in zip(raw, block.column(name).to_pylist(), strict=True):
                 if value is not None:
                     sample[member] = value
-    source = _source(where)
-    assembler = BatchAssembler.for_source(
-        source,
-        transform,
-        seed=seed,
-        decode=decode,
-        fields=decode.fields,
-        stages=Stages(),
-        threads=1,
-    )
-    skipped: list[tuple[str, str]] = []
-    try:
-        assembler.start_workers(batch_size=len(raw), depth=1)
-        batch = assembler.finish(assembler.start(ids, raw, epoch), skipped)
-    finally:
-        assembler.close()
-    for key, reason in skipped:
-        logger.warning("%s: sample %r skipped: %s", where.url, key, reason)
-    return batch_table(batch)
+    return raw
 
 
 def batch_table(batch: Mapping[str, Any]) -> Any:
