@@ -10,8 +10,8 @@ the checkpoint at step 4, node 1 is killed (SIGKILL to every process in its name
 on node 0 restarts its workers at a new round of one node, and they resume from the checkpoint
 on a world of 2.
 
-About 65-75 s on the 2-core development machine at a load average of 10-12 from other test
-runs (25 CPU-s waited for, most of it 8 Python processes importing torch).
+57-85 s on the 2-core development machine at a load average of 9-18 from other test runs
+(about 35 CPU-s, most of it 8 Python processes importing torch).
 """
 
 from __future__ import annotations
