@@ -40,7 +40,7 @@ def test_batches_are_tensors_equal_to_the_token_loaders(tokens: Path) -> None:
     assert len(got) == len(expected) == len(loader) > 3
     for a, b in zip(got, expected, strict=True):
         assert a["input_ids"].dtype == torch.int64
-        assert a["input_ids"].shape == (3, SEQ_LEN)
+        assert a["input_ids"].shape[1] == SEQ_LEN
         assert torch.equal(a["labels"][:, :-1], a["input_ids"][:, 1:])
         for name in ("input_ids", "labels", "index", "position_ids", "cu_seqlens"):
             assert isinstance(a[name], torch.Tensor)

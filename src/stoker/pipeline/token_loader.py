@@ -16,7 +16,7 @@ from typing import Any, Literal
 from stoker.pipeline.autotune import AutotuneConfig
 from stoker.pipeline.config import BLOCK_PAGE_BYTES, CacheConfig, config_or_default
 from stoker.pipeline.loader import Loader
-from stoker.pipeline.order import OrderConfig
+from stoker.pipeline.order import OrderConfig, share_length
 from stoker.pipeline.sources import MixedSource, SourceLike, open_source
 from stoker.pipeline.tokens import TokenConfig, TokenSource, token_order
 from stoker.pipeline.world import World
@@ -141,8 +141,11 @@ class TokenLoader(Loader):
     @property
     def epoch_tokens(self) -> int:
         """Stream tokens (``seq_len + 1`` per sequence) all ranks deliver in a full epoch."""
-        sequences = self.batches_per_epoch() * self.batch_size * self.world.world_size
-        return sequences * self.tokens_config.span
+        world_size = self.world.world_size
+        each = share_length(self.source.units(), world_size=world_size, drop_last=True)
+        if self.drop_last is True:  # whole batches only
+            each -= each % self.batch_size
+        return each * world_size * self.tokens_config.span
 
     @property
     def dropped_tokens(self) -> int:
