@@ -314,6 +314,30 @@ def test_jax_loader(data: Data, child_saw: dict[str, Any], kind: str) -> None:
     )
 
 
+def test_jax_keeps_64_bit_values_or_names_the_field(child_saw: dict[str, Any]) -> None:
+    # Without jax_enable_x64 JAX keeps 64-bit numbers in 32 bits: values that fit (and
+    # float64 rounded to float32) pass; values that would change are an error naming the
+    # field, where JAX wrapped them silently (2**40 became 0). Big-endian arrays (numpy's
+    # '>f4') raised JAX's TypeError; longdouble, which JAX has no type for, stays numpy.
+    made = child_saw["jax_dtypes"]
+    for name in ("fits_int32", "big_endian", "big_endian_int64", "float64"):
+        values, dtype = WIDE_FIELDS[name]
+        expected = np.array(values, dtype=dtype).astype(np.float32 if "f" in dtype else np.int32)
+        assert made[name].get("type") == "ArrayImpl", made[name]
+        assert made[name]["dtype"] == expected.dtype.name, name
+        assert made[name]["values"] == expected.astype(np.float64).tolist(), name
+    if np.dtype(np.longdouble).itemsize > 8:  # x86-64: float128 (arm64: float64 itself)
+        assert made["longdouble"].get("type") == "ndarray", made["longdouble"]
+        assert made["longdouble"]["values"] == [1, 2, 3, 4]
+    for name, reason in (
+        ("ns_timestamp", "int64 values from 0 to 1700000000000000000 do not fit int32"),
+        ("uint64_id", "uint64 values from 1 to 9223372036854775808 do not fit uint32"),
+        ("float64_huge", "float64 values beyond the range of float32"),
+    ):
+        assert made[name]["error"].startswith(f"ValueError: field {name!r}: {reason}"), made[name]
+        assert "jax_enable_x64" in made[name]["error"]
+
+
 # -- the child: everything that needs TensorFlow or JAX ------------------------------------
 
 
@@ -326,6 +350,7 @@ def child(urls: dict[str, str], options: dict[str, Any], out: Path) -> None:
     for kind, url in urls.items():
         facts["tf"][kind], facts["fit"][kind] = tensorflow_pass(url, options, images, kind)
         facts["jax"][kind] = jax_pass(url, options, images, kind)
+    facts["jax_dtypes"] = jax_dtypes()
     np.savez(out / "images.npz", **images)
     (out / "facts.json").write_text(json.dumps(facts))
 
@@ -398,6 +423,40 @@ def jax_pass(
             pixels.append(np.asarray(jax.device_get(batch["image"])))
     images[f"jax-{kind}"] = np.concatenate(pixels)
     return seen
+
+
+#: Fields of 64-bit numbers (an npy of ids, timestamps, measurements) and of the dtypes
+#: JAX has no type for: field -> four rows of values and their dtype.
+WIDE_FIELDS: dict[str, tuple[list[Any], str]] = {
+    "fits_int32": ([2**31 - 1, -(2**31), 0, 7], "<i8"),
+    "big_endian": ([0.5, -1.25, 3.0, 1e30], ">f4"),
+    "big_endian_int64": ([1, 2, 3, -4], ">i8"),
+    "float64": ([0.1, 1e-50, float("inf"), 3e38], "<f8"),
+    "longdouble": ([1.0, 2.0, 3.0, 4.0], "longdouble"),
+    "ns_timestamp": ([1_700_000_000_000_000_000, 0, 1, 2], "<i8"),
+    "uint64_id": ([2**63, 1, 2, 3], "<u8"),
+    "float64_huge": ([1e300, 0.0, 1.0, 2.0], "<f8"),
+}
+
+
+def jax_dtypes() -> dict[str, Any]:
+    """What to_arrays makes of each of WIDE_FIELDS, one at a time: its dtype and values,
+    or its error."""
+    from stoker.integrations.jax import batch_sharding, to_arrays
+
+    made: dict[str, Any] = {}
+    for name, (values, dtype) in WIDE_FIELDS.items():
+        try:
+            (placed,) = to_arrays({name: np.array(values, dtype=dtype)}, batch_sharding()).values()
+        except Exception as exc:  # any error: the test says which one it wants
+            made[name] = {"error": f"{type(exc).__name__}: {exc}"}
+        else:
+            made[name] = {
+                "type": type(placed).__name__,
+                "dtype": str(placed.dtype),
+                "values": np.asarray(placed).astype(np.float64).tolist(),
+            }
+    return made
 
 
 if __name__ == "__main__":

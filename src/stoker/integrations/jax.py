@@ -67,10 +67,16 @@ def to_arrays(batch: Mapping[str, Any], sharding: jax.sharding.Sharding) -> dict
 
     Each numeric array is this process's rows of the global array (see
     ``jax.make_array_from_process_local_data``); everything else stays on the host as it
-    is: keys, text, parsed JSON, ragged arrays (lists), arrays of strings.
+    is: keys, text, parsed JSON, ragged arrays (lists), arrays of strings or dates, and
+    numbers JAX has no type for (``longdouble``). Big-endian arrays (an ``npy`` saved as
+    ``>f4``) are put in native order. Without ``jax_enable_x64`` JAX keeps 64-bit numbers
+    in 32 bits: ``int64`` becomes ``int32``, ``float64`` ``float32``, as in any JAX
+    program; a value that would change beyond that rounding is an error.
 
     Raises:
-        ValueError: Images that are not one array (give a fixed-size transform).
+        ValueError: Images that are not one array (give a fixed-size transform), or a
+            field whose 64-bit values do not fit 32 bits while ``jax_enable_x64`` is off
+            (integers out of range, finite floats beyond ``float32``); it names the field.
     """
     image = batch.get("image")
     if image is not None and not isinstance(image, np.ndarray):
@@ -80,12 +86,44 @@ def to_arrays(batch: Mapping[str, Any], sharding: jax.sharding.Sharding) -> dict
         )
     # jax leaves make_array_from_process_local_data unannotated.
     place: Any = jax.make_array_from_process_local_data
-    return {
-        name: place(sharding, value)
-        if isinstance(value, np.ndarray) and value.dtype.kind in "biufc"
-        else value
-        for name, value in batch.items()
-    }
+    placed = {}
+    for name, value in batch.items():
+        array = _as_jax_stores(name, value) if isinstance(value, np.ndarray) else None
+        placed[name] = value if array is None else place(sharding, array)
+    return placed
+
+
+def _as_jax_stores(name: str, value: np.ndarray) -> np.ndarray | None:
+    """``value`` in the dtype JAX gives it (native order, 32 bits without x64), or None
+    for an array JAX has no type for."""
+    dtype = value.dtype
+    if dtype.kind not in "biufc" or dtype.itemsize > (16 if dtype.kind == "c" else 8):
+        return None
+    if not dtype.isnative:
+        dtype = dtype.newbyteorder("=")
+        value = value.astype(dtype)
+    stored = np.dtype(jax.dtypes.canonicalize_dtype(dtype))
+    if stored == dtype or value.size == 0:
+        return value
+    if dtype.kind in "iu":
+        info = np.iinfo(stored)
+        low, high = value.min(), value.max()
+        if low < info.min or high > info.max:
+            raise ValueError(
+                f"field {name!r}: {dtype} values from {low} to {high} do not fit {stored}, "
+                "which JAX keeps them in while jax_enable_x64 is off; turn it on "
+                "(jax.config.update('jax_enable_x64', True)) or cast the field"
+            )
+        return value.astype(stored)
+    with np.errstate(over="ignore"):
+        narrowed = value.astype(stored)
+    if not np.array_equal(np.isfinite(narrowed), np.isfinite(value)):
+        raise ValueError(
+            f"field {name!r}: {dtype} values beyond the range of {stored}, which JAX keeps "
+            "them in while jax_enable_x64 is off; turn it on "
+            "(jax.config.update('jax_enable_x64', True)) or scale the field"
+        )
+    return narrowed
 
 
 class JaxLoader:
