@@ -91,11 +91,10 @@ def read_dataset(
 ) -> Any:
     """One epoch of a packed dataset (or several) as a ``ray.data.Dataset``, a row a sample.
 
-    Rows hold ``key`` (str), ``label``, ``index`` (the sample's number in the dataset) and
-    ``epoch``,
-    ``image`` where the samples have one (through ``transform``), and every other field of
-    the record decoded as the Loader decodes it (``txt`` a str, ``json`` its object,
-    ``npy`` an array, ...; ``decode.fields`` chooses and renames).
+    Rows hold ``key`` (str), ``label``, ``index`` (the sample's number in the dataset),
+    ``epoch``, ``image`` where the samples have one (through ``transform``), and every
+    other field of the record decoded as the Loader decodes it (``txt`` a str, ``json`` its
+    object, ``npy`` an array, ...; ``decode.fields`` chooses and renames).
 
     Args:
         source: URL or local path of a packed dataset (an index; an unpacked folder is
@@ -171,10 +170,10 @@ def read_dataset(
 class StokerDatasource(Datasource):
     """The read groups of epochs of a packed dataset, one Ray read task each.
 
-    A task's block holds each sample's ``index``, ``epoch``, ``key``, ``label``, its members' raw
-    bytes (columns ``member:<ext>``, null where a sample lacks one) and ``error`` (what a
-    sample that failed its CRC-32 or whose members are malformed failed with, else null);
-    :func:`read_dataset` decodes it.
+    A task's block holds each sample's ``index``, ``epoch``, ``key``, ``label``, its
+    members' raw bytes (columns ``member:<ext>``, null where a sample lacks one) and
+    ``error`` (what a sample that failed its CRC-32 or whose members are malformed failed
+    with, else null); :func:`read_dataset` decodes it.
 
     Args:
         dataset: The opened dataset (the driver's; workers open their own).
