@@ -159,6 +159,7 @@ def child(bucket: str, storage_options: dict[str, Any], out: Path) -> None:
     (free,) = output_signature(Resize(16), ("image",))
     facts["signature"] = [[s.shape.as_list(), s.dtype.name] for s in [*fixed, free]]
     records(out, facts, saved)
+    unpacked(out / "val", facts)
     facts["bad_fields"] = []
     for bad in [("image", "image"), ("pixels",), ()]:
         try:
@@ -167,6 +168,19 @@ def child(bucket: str, storage_options: dict[str, Any], out: Path) -> None:
             facts["bad_fields"].append(str(exc))
     np.savez(out / "saved.npz", **saved)
     (out / "facts.json").write_text(json.dumps(facts))
+
+
+def unpacked(folder: Path, facts: dict[str, Any]) -> None:
+    """An unpacked class folder, as stoker.Loader streams it."""
+    from stoker.integrations.tensorflow import make_dataset
+
+    dataset = make_dataset(folder, batch_size=16, transform=CenterCrop(8), fields=("label", "key"))
+    facts["folder_length"] = len(dataset)
+    facts["folder_keys"] = [
+        [label, key.decode()]
+        for labels, keys in dataset
+        for label, key in zip(labels.numpy().tolist(), keys.numpy().tolist(), strict=True)
+    ]
 
 
 def records(out: Path, facts: dict[str, Any], saved: dict[str, Any]) -> None:
@@ -316,6 +330,14 @@ def test_input_context_selects_the_share(run: dict[str, Any]) -> None:
 def test_distribute_datasets_from_function_reads_everything_once(run: dict[str, Any]) -> None:
     assert run["facts"]["contexts"] == 1
     assert sorted(run["distributed_index"].tolist()) == list(range(SIZES["val"]))
+
+
+def test_make_dataset_streams_an_unpacked_folder(run: dict[str, Any]) -> None:
+    facts = run["facts"]
+    assert facts["folder_length"] == SIZES["val"] // 16
+    pairs = sorted(facts["folder_keys"])
+    assert len(pairs) == SIZES["val"]
+    assert [f"class_{label:02d}" for label, _ in pairs] == [key.split("/")[0] for _, key in pairs]
 
 
 def test_output_signature(run: dict[str, Any]) -> None:

@@ -35,9 +35,11 @@ from typing import Any, Unpack
 import numpy as np
 import tensorflow as tf
 
-from stoker.format.reader import ShardDataset, open_dataset
+from stoker.errors import BucketNotFoundError
+from stoker.format.reader import open_dataset
 from stoker.pipeline.config import LoaderOptions
 from stoker.pipeline.loader import Loader
+from stoker.pipeline.sources import SourceLike
 from stoker.pipeline.transforms import PlannedTransform
 from stoker.pipeline.world import World
 
@@ -135,7 +137,7 @@ def _spec(name: str, value: Any) -> Any:
 
 
 def make_dataset(
-    source: str | os.PathLike[str] | ShardDataset,
+    source: SourceLike,
     *,
     batch_size: int,
     fields: Sequence[FieldTree] = ("image", "label"),
@@ -153,7 +155,10 @@ def make_dataset(
     epochs.
 
     Args:
-        source: Dataset URL, or an opened :class:`~stoker.format.reader.ShardDataset`.
+        source: What :class:`stoker.Loader` takes: a dataset URL or path, an unpacked
+            folder of class folders, an opened
+            :class:`~stoker.format.reader.ShardDataset`, several URLs, a
+            :class:`~stoker.pipeline.config.SourceConfig`.
         batch_size: Samples per batch (per input pipeline: with ``tf.distribute``, use
             ``input_context.get_per_replica_batch_size(global_batch_size)``).
         fields: What each element holds: ``image``, ``label``, ``index`` (sample number
@@ -179,14 +184,11 @@ def make_dataset(
         rank, world_size = detect_world(input_context)
         options["world"] = World(rank=rank, world_size=world_size)
     tree = tuple(fields)
-    opened = (
-        source
-        if isinstance(source, ShardDataset)
-        else open_dataset(source, storage_options=options.get("storage_options"))
-    )
+    opened = _opened(source, options.get("storage_options"))
     # Made here so that bad options raise now, not inside TensorFlow's generator thread.
     probe = Loader(opened, batch_size=batch_size, **options)
     steps = len(probe)
+    url = probe.source.url
     example = None
     if any(name not in FIELDS for name in _leaves(tree)):
         # Specs of other fields are read off a first batch.
@@ -199,7 +201,7 @@ def make_dataset(
         with Loader(opened, batch_size=batch_size, **options) as loader:
             loader.set_epoch(next(epochs))
             for batch in loader:
-                yield _map(tree, functools.partial(_column, batch, url=opened.url))
+                yield _map(tree, functools.partial(_column, batch, url=url))
 
     dataset = tf.data.Dataset.from_generator(batches, output_signature=signature)
     dataset = dataset.apply(tf.data.experimental.assert_cardinality(steps))
@@ -213,6 +215,19 @@ def make_dataset(
         dataset = dataset.with_options(sharding)
     # One batch ahead, so the conversion into tensors overlaps the training step.
     return dataset.prefetch(1)
+
+
+def _opened(source: SourceLike, storage_options: Mapping[str, Any] | None) -> SourceLike:
+    """A packed dataset's index read once for every pass; anything else as given (the
+    Loader of each pass opens it: an unpacked folder is listed then)."""
+    if not isinstance(source, str | os.PathLike):
+        return source
+    try:
+        return open_dataset(source, storage_options=storage_options)
+    except BucketNotFoundError:
+        raise
+    except FileNotFoundError:  # no index: the Loader streams a folder, or says what is wrong
+        return source
 
 
 def _column(batch: Mapping[str, Any], name: str, url: str) -> Any:
