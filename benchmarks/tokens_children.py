@@ -63,15 +63,14 @@ def timed(batches: Iterable[Any], split: Any, seq_len: int, batch: int) -> dict[
     cpu_started, children_started = time.process_time(), _children_cpu()
     started = time.perf_counter()
     first_at, sequences = 0.0, 0
-    iterator: Iterator[Any] | None = iter(batches)
-    assert iterator is not None
+    iterator = iter(batches)
     for item in iterator:
         inputs, labels = split(item)
         if not sequences:
             first_at = time.time()
             _check(inputs, labels, seq_len, batch)
         sequences += len(inputs)
-    iterator = None  # a DataLoader joins its workers here, so their CPU time is counted
+    del iterator  # a DataLoader joins its workers here, so their CPU time is counted
     seconds = time.perf_counter() - started
     cpu_s = time.process_time() - cpu_started + _children_cpu() - children_started
     return {
@@ -106,9 +105,14 @@ def run_stoker(url: str, seq_len: int, batch: int, cache_dir: str | None) -> dic
             return b["input_ids"], b["labels"]
 
         result = timed(loader, split, seq_len, batch)
-        requests = loader.stats().requests
+        stats = loader.stats()
+        requests = stats.requests
     return {
         **result,
+        "prefetch": stats.prefetch,
+        "threads": stats.threads,
+        "order": str(loader.order_config),
+        "stages": {name: [t.seconds, t.calls] for name, t in stats.stages.items()},
         "imported_at": imported_at,
         "opened_at": opened_at,
         "first_epoch_s": first_epoch_s,

@@ -24,6 +24,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,7 +92,7 @@ def _write_stream(path: Path, bounds: np.ndarray, seed: int) -> None:
     stream.tofile(path)
 
 
-def _documents(stream: np.ndarray, bounds: np.ndarray):  # type: ignore[no-untyped-def]
+def _documents(stream: np.ndarray, bounds: np.ndarray) -> Iterator[tuple[str, np.ndarray]]:
     for n in range(len(bounds) - 1):
         yield f"doc{n:08d}", stream[bounds[n] : bounds[n + 1] - 1]  # the writer adds eos
 

@@ -24,7 +24,7 @@ MAX_FIRST_BATCH_S = 1.0
 def ceiling_tokens_per_s(args: argparse.Namespace) -> float:
     """Tokens of ``input_ids`` per second the link carries: its bytes/s of uint16 stream
     tokens, ``seq_len`` of every ``seq_len + 1`` read being inputs."""
-    return args.gbit * 125e6 / 2 * args.seq_len / (args.seq_len + 1)
+    return float(args.gbit * 125e6 / 2 * args.seq_len / (args.seq_len + 1))
 
 
 def _row(method: str, row: dict[str, Any], base: dict[str, float | None], args: Any) -> str:
@@ -43,7 +43,7 @@ def _row(method: str, row: dict[str, Any], base: dict[str, float | None], args: 
     if "bytes_per_epoch" in row:
         cells += [
             f"{row['bytes_per_epoch'] / 1e6:,.0f}",
-            f"{row['bytes_per_epoch'] / base['token_bytes']:.3f}x",  # type: ignore[operator]
+            f"{row['bytes_per_epoch'] / base['token_bytes']:.3f}x",
             f"{row['requests_per_epoch']:,.0f}",
         ]
     else:
