@@ -257,3 +257,14 @@ def test_epochs_reshuffle_and_a_second_one_reads_the_disk_cache(
     assert cold.requests["requests.get"] > 0
     assert warm.requests["requests.get"] == cold.requests["requests.get"]
     assert warm.disk_cache["cache.hits"] > 0
+
+
+def test_a_pack_in_its_inputs_order_gets_a_mixing_window(tmp_path: Path) -> None:
+    docs = [(f"d{i}", d) for i, d in enumerate(_documents(60, vocab=1_000, seed=7))]
+    for name, seed in (("kept", None), ("shuffled", 0)):
+        store = open_store(str(tmp_path / name))
+        write_token_dataset(
+            store, docs, dtype=np.dtype("uint16"), packed_with={"shuffle_seed": seed}
+        )
+    assert _loader(tmp_path / "shuffled").order_config.window == 1
+    assert _loader(tmp_path / "kept").order_config.window > 1

@@ -136,10 +136,12 @@ class TokenSource:
         return self.sequences
 
     def shuffled(self) -> bool:
-        # Sequences are independent enough: a sequence holds pieces of a few documents of a
-        # pack, a batch draws its sequences from a read group of several blocks far apart
-        # in the stream, and a wider window would only hold more memory (see docs/tokens.md).
-        return True
+        # Documents packed in a shuffled order (stoker pack's default, or an unrecorded
+        # order) make sequences independent enough: a batch draws from a read group of
+        # blocks far apart, and a wider window would only hold memory. A pack that kept its
+        # input's order (sorted by source, date) gets the Loader's mixing window
+        # (docs/tokens.md).
+        return self.reader.dataset.index.packed_with.get("shuffle_seed", 0) is not None
 
     def unit_bytes(self) -> float:
         return float(self.span * self.reader.layout.itemsize)
