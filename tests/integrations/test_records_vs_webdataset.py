@@ -90,7 +90,7 @@ class Data:
     urls: dict[str, str]  # kind -> dataset URL
     options: dict[str, Any]  # storage options for the bucket
     reference: dict[str, dict[str, Any]]  # key -> {"jpg": array, "txt": str, "json": obj}
-    child: subprocess.Popen[str] | None  # the TensorFlow and JAX child, if they are here
+    child: subprocess.Popen[bytes] | None  # the TensorFlow and JAX child, if they are here
     out: Path  # where the child saves what it saw
 
 
@@ -144,15 +144,14 @@ def data(s3_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[D
     if all(importlib.util.find_spec(name) for name in ("tensorflow", "jax")):
         command = [sys.executable, __file__, json.dumps(urls), json.dumps(options), str(root)]
         env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
-        child = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
-        )
+        with (root / "child.log").open("w") as log:  # a file: a full pipe would stall it
+            child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
     try:
         yield Data(urls, options, _reference(tars), child, root)
     finally:
         if child is not None and child.poll() is None:
             child.kill()
-            child.communicate()
+            child.wait()
 
 
 def _check(
@@ -258,8 +257,8 @@ def child_saw(data: Data) -> dict[str, Any]:
     """What TensorFlow and JAX saw, as the child saved it."""
     if data.child is None:
         pytest.fail("tensorflow and jax are needed (pip install -e '.[test]')")
-    _, stderr = data.child.communicate(timeout=240)
-    assert data.child.returncode == 0, stderr[-4000:]
+    returncode = data.child.wait(timeout=240)
+    assert returncode == 0, (data.out / "child.log").read_text()[-4000:]
     facts = json.loads((data.out / "facts.json").read_text())
     with np.load(data.out / "images.npz") as saved:
         facts["images"] = dict(saved)
