@@ -112,7 +112,8 @@ def _as_jax_stores(name: str, value: np.ndarray) -> np.ndarray | None:
             raise ValueError(
                 f"field {name!r}: {dtype} values from {low} to {high} do not fit {stored}, "
                 "which JAX keeps them in while jax_enable_x64 is off; turn it on "
-                "(jax.config.update('jax_enable_x64', True)) or cast the field"
+                f"(jax.config.update('jax_enable_x64', True)) or cast the field "
+                f"(FieldsConfig(transforms={{{name!r}: ...}}))"
             )
         return value.astype(stored)
     with np.errstate(over="ignore"):
@@ -121,7 +122,8 @@ def _as_jax_stores(name: str, value: np.ndarray) -> np.ndarray | None:
         raise ValueError(
             f"field {name!r}: {dtype} values beyond the range of {stored}, which JAX keeps "
             "them in while jax_enable_x64 is off; turn it on "
-            "(jax.config.update('jax_enable_x64', True)) or scale the field"
+            f"(jax.config.update('jax_enable_x64', True)) or scale the field "
+            f"(FieldsConfig(transforms={{{name!r}: ...}}))"
         )
     return narrowed
 
@@ -132,9 +134,10 @@ class JaxLoader:
     Batches are dicts like :class:`stoker.Loader`'s: ``image`` (``uint8`` ``(N, H, W, 3)``),
     ``label`` and ``index`` (``int32`` unless ``jax_enable_x64`` is on), ``key`` (a
     list of this process's keys), and every other field of the samples: numeric arrays as
-    ``jax.Array`` s sharded like the images, the rest (text, JSON, ragged arrays) on the
-    host, as :func:`to_arrays` says. ``state_dict`` counts the batches delivered, not the one
-    already on its way to the devices.
+    ``jax.Array`` s sharded like the images (64-bit ones in 32 bits unless
+    ``jax_enable_x64`` is on, and an error naming the field if a value does not fit), the
+    rest (text, JSON, ragged arrays) on the host, as :func:`to_arrays` says. ``state_dict``
+    counts the batches delivered, not the one already on its way to the devices.
 
     Args:
         source: Dataset URL, or an opened :class:`~stoker.format.reader.ShardDataset`.
