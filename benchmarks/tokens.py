@@ -12,9 +12,10 @@ one whole epoch, in a process of its own (``tokens_children.py``):
   the process's start;
 - stoker, warm: the same with a disk cache, its second epoch timed (read from the cache);
 - LitData: ``StreamingDataset`` with ``TokensLoader(block_size=2049)`` over the same
-  documents packed by its own ``optimize``, in its ``StreamingDataLoader``
-  (``--litdata-workers``), reading the bucket through boto3/obstore with its
-  ``storage_options``; cold (a fresh cache directory);
+  documents packed by its own ``optimize``, in its ``StreamingDataLoader`` (a row for
+  each of ``--litdata-workers``, 1 and 2: with 2 it read 1.6x the bytes in a smoke run,
+  both workers fetching a chunk; its faster row is the baseline), reading the bucket
+  through boto3/obstore with its ``storage_options``; cold (a fresh cache directory);
 - Mosaic Streaming: ``StreamingDataset`` over the stream cut into MDS samples of 2,049
   tokens (llm-foundry's layout), in a torch DataLoader (``--mosaic-workers``); cold;
 - memmap loop: the stream in a local file, ``np.memmap``, sequences in a random order
@@ -154,15 +155,16 @@ class Bench:
         result["data_bytes"] = self.corpus.formats["stoker"]
         return result
 
-    def litdata(self) -> dict[str, Any]:
+    def litdata(self, workers: int) -> dict[str, Any]:
         cache = self.scratch / "litdata-cache"
-        workers = str(self.args.litdata_workers)
         try:
-            command = ["litdata", self.corpus.url("litdata"), *self._base(), workers, str(cache)]
+            url = self.corpus.url("litdata")
+            command = ["litdata", url, *self._base(), str(workers), str(cache)]
             result = self.child("litdata", command)
         finally:
             shutil.rmtree(cache, ignore_errors=True)
         result["data_bytes"] = self.corpus.formats["litdata"]
+        result["workers"] = workers
         return result
 
     def mosaic(self) -> dict[str, Any]:
@@ -187,6 +189,18 @@ class Bench:
 METHODS = ["stoker", "stoker_warm", "litdata", "mosaic", "memmap"]
 
 
+def method_runs(bench: Bench, methods: list[str], args: argparse.Namespace) -> dict[str, Any]:
+    """Each row's name and how to run it: LitData once for each of its worker counts."""
+    runs: dict[str, Any] = {}
+    for method in methods:
+        if method == "litdata":
+            for workers in args.litdata_workers:
+                runs[f"litdata_{workers}"] = lambda w=workers: bench.litdata(w)
+        else:
+            runs[method] = getattr(bench, method)
+    return runs
+
+
 def median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Each number's median over the runs (other values from the first run)."""
     merged = dict(runs[0])
@@ -197,11 +211,12 @@ def median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return merged
 
 
-def run_rounds(bench: Bench, methods: list[str], repeats: int) -> dict[str, Any]:
+def run_rounds(rows: dict[str, Any], repeats: int) -> dict[str, Any]:
+    methods = list(rows)
     runs: dict[str, list[dict[str, Any]]] = {m: [] for m in methods}
     for round_ in range(repeats):
         for method in methods if round_ % 2 == 0 else methods[::-1]:
-            result = getattr(bench, method)()
+            result = rows[method]()
             runs[method].append(result)
             print(
                 f"round {round_ + 1}: {method} {result['tokens_per_s'] / 1e6:,.2f} M tokens/s",
@@ -224,7 +239,12 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3, help="rounds, interleaved")
     parser.add_argument("--rtt-ms", type=float, default=20.0)
     parser.add_argument("--gbit", type=float, default=1.0, help="the proxy's link, Gbit/s")
-    parser.add_argument("--litdata-workers", type=int, default=2)
+    parser.add_argument(
+        "--litdata-workers",
+        type=lambda text: [int(n) for n in text.split(",")],
+        default=[1, 2],
+        help="LitData's DataLoader workers: a row for each (the best is the baseline)",
+    )
     parser.add_argument("--mosaic-workers", type=int, default=2)
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument(
@@ -264,7 +284,8 @@ def main() -> int:
             link = LinkConfig(rtt_s=args.rtt_ms / 1000, bandwidth_bytes_s=args.gbit * 125e6)
             with NetProxy("127.0.0.1", server.port, link=link) as proxy:
                 bench = Bench(server, proxy, corpus, args, scratch, paths)
-                results["methods"] = run_rounds(bench, methods, args.repeats)
+                rows = method_runs(bench, methods, args)
+                results["methods"] = run_rounds(rows, args.repeats)
     results["machine"]["load_after"] = os.getloadavg()
     results["seconds"] = time.perf_counter() - started
     text, goals = report(results, args)
