@@ -202,6 +202,16 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> tuple[str, list
             )
         else:
             lines.append(f"- {name}: not run ({lib['error']})")
+    cold = methods.get("stoker")
+    if cold:
+        own, token_bytes = cold["own_bytes_read"], corpus["token_bytes"]
+        lines += [
+            "",
+            f"stoker cold read {cold['bytes_per_epoch'] / token_bytes:.3f}x the token bytes "
+            f"through the proxy: its epoch's own reads (after the loader was made) "
+            f"{own / token_bytes:.3f}x, the rest ({(cold['bytes_per_epoch'] - own) / 1e6:,.1f}"
+            " MB) the index it read first, response headers and any read it dropped.",
+        ]
     checks = goals(results, args)
     lines += ["", "Issue 24's goals (shown, not asserted):"]
     lines += [f"- {g['goal']}: {g.get('shown') or '-'} ({g['result']})" for g in checks]
