@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import time
+from typing import Literal
 
 import pytest
 
+from stoker import DecodeConfig
 from stoker.core.metrics import Stage
 from stoker.pack.packer import PackConfig, pack
 from stoker.pipeline.loader import Loader
@@ -62,11 +64,21 @@ def test_the_first_epochs_end_reads_and_decodes_the_next_ones_start(
         assert _keys(fresh) == epoch_1
 
 
-def test_an_epoch_started_ahead_and_not_asked_for_is_dropped(dataset: str) -> None:
-    with Loader(dataset, **OPTIONS) as loader:  # type: ignore[arg-type]
+@pytest.mark.parametrize("method", ["thread", "process"])
+def test_an_epoch_started_ahead_and_not_asked_for_is_dropped(
+    dataset: str, method: Literal["thread", "process"]
+) -> None:
+    decode = DecodeConfig(threads=2, method=method)
+    with Loader(dataset, **OPTIONS, decode=decode) as loader:  # type: ignore[arg-type]
         _keys(loader)
+        time.sleep(0.2)  # epoch 1's first batches decode ahead (in processes: in slots)
         loader.set_epoch(5)  # not epoch 1: what was read ahead for it is not used
-        epoch_5 = _keys(loader)
+        batches = iter(loader)
+        processes = loader._batches._processes  # type: ignore[union-attr]
+        if method == "process":  # the dropped batches gave their shared-memory slots back
+            assert processes is not None
+            assert len(processes._free) == loader._decode_depth + 1
+        epoch_5 = [key for batch in batches for key in batch["key"]]
         state = loader.state_dict()
     assert state["epoch"] == 6
     with Loader(dataset, **OPTIONS) as fresh:  # type: ignore[arg-type]
