@@ -59,15 +59,10 @@ _with_transform_options = with_options(
     ]
 )
 
-# What `bench` and `doctor` run: the Loader with these settings.
+# What `bench` and `doctor` run: the Loader with these settings (and --batch-size: bench's
+# default depends on --seq-len).
 _with_loader_options = with_options(
     [
-        click.option(
-            "--batch-size",
-            type=click.IntRange(1),
-            help=f"Samples per batch [default: {IMAGE_BATCH}; with bench --seq-len, "
-            f"{TOKEN_BATCH} sequences].",
-        ),
         click.option("--batches", type=click.IntRange(1), help="Run only this many batches."),
         click.option(
             "--threads", type=click.IntRange(1), help="Decode threads (default: one per CPU)."
@@ -186,6 +181,11 @@ def show_command(
 
 @click.command("bench")
 @click.argument("url")
+@click.option(
+    "--batch-size",
+    type=click.IntRange(1),
+    help=f"Samples per batch [default: {IMAGE_BATCH}; with --seq-len, {TOKEN_BATCH} sequences].",
+)
 @_with_loader_options
 @click.option(
     "--compare",
@@ -425,6 +425,13 @@ def _bench_tokens(
     show_default=True,
     help="Measure for about this long (epochs repeat as needed; --batches instead).",
 )
+@click.option(
+    "--batch-size",
+    type=click.IntRange(1),
+    default=IMAGE_BATCH,
+    show_default=True,
+    help="Samples per batch.",
+)
 @_with_loader_options
 @click.option(
     "--busy-step",
@@ -451,7 +458,7 @@ def doctor_command(
     ctx: click.Context,
     url: str,
     step_ms: float,
-    batch_size: int | None,
+    batch_size: int,
     seconds: float,
     batches: int | None,
     threads: int | None,
@@ -486,7 +493,7 @@ def doctor_command(
     with _open_loader(
         ctx,
         url,
-        batch_size=batch_size or IMAGE_BATCH,
+        batch_size=batch_size,
         seed=seed,
         transform_kind=transform_kind,
         size=size,
