@@ -36,8 +36,13 @@ these child processes only (their requirements would replace the CPU torch and n
     python benchmarks/tokens.py --libs /tmp/tokens-libs           # ~600 MB of tokens, 3 rounds
     python benchmarks/tokens.py --libs /tmp/tokens-libs --quick   # ~100 MB, one round
 
-A method whose library does not import is reported as not run, with why. Writes
-benchmarks/out/tokens.json and benchmarks/out/tokens.md.
+A method whose library does not import is reported as not run, with why. Two settings
+for the bucket here, on http://127.0.0.1, that a real S3 endpoint (https) needs neither
+of: LitData's obstore client is allowed plain http (LitData has no option for it), and
+Mosaic gets a torchvision stand-in where torchvision does not load (``tokens_libs.py``).
+The first run writes the corpus in its three formats into benchmarks/out/data (~10 min
+and 2.4 GB for 600 MB of tokens); later runs reuse it. Writes benchmarks/out/tokens.json
+and benchmarks/out/tokens.md.
 """
 
 from __future__ import annotations
