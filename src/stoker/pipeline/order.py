@@ -50,8 +50,10 @@ ShuffleMode = Literal["blocks", "random", "none"]
 DEFAULT_BLOCK_SIZE = 64
 DEFAULT_GROUP_BLOCKS = 16
 #: A window of read groups starts this many times narrower: the first batch waits for
-#: ``window / WINDOW_START_DIVISOR`` groups to arrive rather than for the whole window.
-WINDOW_START_DIVISOR = 8
+#: ``window / WINDOW_START_DIVISOR`` groups to arrive rather than for the whole window
+#: (about 8 MB of a 256 MB window, plus the groups the first batch spans as the window
+#: widens: 46 MB for batches of 256 samples of 100 kB, where the whole window was 268 MB).
+WINDOW_START_DIVISOR = 32
 #: Groups it takes the window to widen by one (each new group widens it by the inverse):
 #: while it widens, the store delivers ``1 + 1 / WINDOW_GROWTH_GROUPS`` groups per group
 #: consumed.
