@@ -173,8 +173,15 @@ def test_a_seed_gives_its_order_and_another_seed_another(
     second = keys(5, 1)
     assert second != first
     # Two epochs in one dataset: each in its own order, one after the other.
+    # Three groups a read task: a task reads the last groups of one epoch and the first
+    # of the next.
     both = ray_read.read_dataset(
-        images_url, seed=5, epochs=2, order=ORDER, storage_options=bucket[1]
+        images_url,
+        seed=5,
+        epochs=2,
+        order=ORDER,
+        storage_options=bucket[1],
+        groups_per_task=3,
     ).select_columns(["key", "epoch"])
     rows = both.take_all()
     assert [row["key"] for row in rows] == first + second
@@ -280,3 +287,5 @@ def test_a_transform_for_records_without_images_or_an_unpacked_location_is_refus
         ray_read.read_dataset(tmp_path / "nothing")
     with pytest.raises(ValueError, match="batch_size"):
         ray_read.read_dataset(records_url, batch_size=0, storage_options=bucket[1])
+    with pytest.raises(ValueError, match="groups_per_task"):
+        ray_read.read_dataset(records_url, groups_per_task=0, storage_options=bucket[1])

@@ -8,14 +8,16 @@
 
 The epoch's order is stoker's (:func:`~stoker.pipeline.plan.resolve_order` and
 :func:`~stoker.pipeline.order.epoch_order` for ``(seed, epoch)``, as a
-:class:`stoker.Loader` of one rank orders it), cut into its read groups. Each group is one
-Ray read task: the ranged GETs of its blocks (one per block, adjacent samples joined),
-every sample checked against its CRC-32, through stoker's own reader. Decoding and the
+:class:`stoker.Loader` of one rank orders it), cut into its read groups. A Ray read task
+reads ``groups_per_task`` consecutive groups (2 by default): the ranged GETs of their
+blocks (one per block, adjacent samples joined) all go out at once, every sample is
+checked against its CRC-32 by stoker's own reader, and each group becomes one block, the
+later ones arriving while the first is decoded. Decoding and the
 transform run in the ``map_batches`` tasks that follow, on any node of the cluster, with
 the Loader's decode stage (:class:`~stoker.pipeline.batching.BatchAssembler`): every field
 of a record comes as the Loader gives it, the same crop for a sample in a given epoch
 wherever it is decoded. A read task reserves a CPU (``read_num_cpus``), as the decoding
-does, so Ray runs each group's read and decoding as one task on one worker: no bytes
+does, so Ray runs the reads and their decoding as one task on one worker: no bytes
 cross the object store before they are decoded, and a cluster keeps one worker process
 per CPU. ``read_num_cpus=0.25`` makes reads tasks of their own, four per CPU, whose
 network waits overlap the decoding of other groups, at the cost of more worker processes
@@ -41,7 +43,7 @@ import itertools
 import logging
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -72,6 +74,8 @@ logger = logging.getLogger(__name__)
 #: a quarter of a CPU made 0.5-0.6x the images/s: the extra workers it needs were started,
 #: and stopped when idle, again and again.
 READ_NUM_CPUS = 1.0
+#: Read groups a read task fetches by default (see ``read_dataset``'s ``groups_per_task``).
+GROUPS_PER_TASK = 2
 #: Column prefix of a member's raw bytes in the read tasks' blocks.
 MEMBER_PREFIX = "member:"
 
@@ -88,6 +92,7 @@ def read_dataset(
     decode: DecodeConfig | None = None,
     storage_options: Mapping[str, Any] | None = None,
     read_num_cpus: float = READ_NUM_CPUS,
+    groups_per_task: int = GROUPS_PER_TASK,
 ) -> Any:
     """One epoch of a packed dataset (or several) as a ``ray.data.Dataset``, a row a sample.
 
@@ -113,6 +118,8 @@ def read_dataset(
         storage_options: See :func:`stoker.open_store`; they travel to the workers with the
             tasks, so credentials given here reach them.
         read_num_cpus: CPUs each read task reserves.
+        groups_per_task: Consecutive read groups a read task fetches: their GETs go out
+            together, so the later ones arrive while the first is decoded.
 
     Returns:
         A ``ray.data.Dataset`` of each epoch's samples, each once, in its order.
@@ -125,6 +132,10 @@ def read_dataset(
         raise ValueError(f"batch_size must be None or >= 1, got {batch_size!r}")
     if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
         raise ValueError(f"epochs must be an int >= 1, got {epochs!r}")
+    if isinstance(groups_per_task, bool) or not isinstance(groups_per_task, int):
+        raise TypeError(f"groups_per_task must be an int, got {groups_per_task!r}")
+    if groups_per_task < 1:
+        raise ValueError(f"groups_per_task must be >= 1, got {groups_per_task}")
     if read_num_cpus <= 0:
         raise ValueError(f"read_num_cpus must be > 0, got {read_num_cpus}")
     decode = config_or_default("decode", decode, DecodeConfig)
@@ -149,7 +160,7 @@ def read_dataset(
         threads=1,
     ).close()
     orders = {e: opened.epoch_order(settings, e) for e in range(epoch, epoch + epochs)}
-    datasource = StokerDatasource(dataset, orders, options)
+    datasource = StokerDatasource(dataset, orders, options, groups_per_task=groups_per_task)
     ds = ray.data.read_datasource(datasource, num_cpus=read_num_cpus)
     ds = ds.map_batches(
         _decode_block,
@@ -179,6 +190,7 @@ class StokerDatasource(Datasource):
         dataset: The opened dataset (the driver's; workers open their own).
         orders: Each epoch's order, by epoch number, in the order delivered.
         storage_options: See :func:`stoker.open_store`.
+        groups_per_task: Consecutive read groups a task reads.
     """
 
     def __init__(
@@ -186,11 +198,14 @@ class StokerDatasource(Datasource):
         dataset: ShardDataset,
         orders: Mapping[int, EpochOrder],
         storage_options: Mapping[str, Any],
+        *,
+        groups_per_task: int = 1,
     ) -> None:
         super().__init__()  # type: ignore[no-untyped-call]  # Ray's is untyped
         self.where = _Where(dataset.url, dict(storage_options), _fingerprint(dataset))
         self._length = dataset.index.length
         self._orders = dict(orders)
+        self._groups_per_task = groups_per_task
         self._members = tuple(sorted(dataset.index.fields))
 
     def get_name(self) -> str:
@@ -207,21 +222,25 @@ class StokerDatasource(Datasource):
         per_task_row_limit: int | None = None,
         data_context: Any = None,
     ) -> list[Any]:
-        """One task per read group of each epoch, in order (``parallelism`` is not used:
-        the groups are the unit of reading)."""
+        """Tasks of ``groups_per_task`` consecutive read groups each, in the epochs' order
+        (``parallelism`` is not used: the groups are the unit of reading)."""
+        groups = [
+            (epoch, order.samples[begin:end])
+            for epoch, order in self._orders.items()
+            for begin, end in itertools.pairwise(order.group_starts.tolist())
+        ]
         tasks = []
-        for epoch, order in self._orders.items():
-            starts = order.group_starts.tolist()
-            for begin, end in itertools.pairwise(starts):
-                ids = order.samples[begin:end]
-                metadata = BlockMetadata(
-                    num_rows=len(ids),
-                    size_bytes=int(self._length[ids].sum()),
-                    input_files=None,
-                    exec_stats=None,
-                )
-                read = _GroupRead(self.where, epoch, ids, self._members)
-                tasks.append(ReadTask(read, metadata, per_task_row_limit=per_task_row_limit))
+        for first in range(0, len(groups), self._groups_per_task):
+            part = groups[first : first + self._groups_per_task]
+            ids = np.concatenate([g for _, g in part])
+            metadata = BlockMetadata(
+                num_rows=len(ids),
+                size_bytes=int(self._length[ids].sum()),
+                input_files=None,
+                exec_stats=None,
+            )
+            read = _GroupRead(self.where, part, self._members)
+            tasks.append(ReadTask(read, metadata, per_task_row_limit=per_task_row_limit))
         return tasks
 
 
@@ -275,21 +294,24 @@ def _source(where: _Where) -> DatasetSource:
 
 
 class _GroupRead:
-    """A read task's work: one read group, fetched as the Loader fetches it."""
+    """A read task's work: consecutive read groups, each fetched as the Loader fetches it
+    (one ranged GET per block), each handed on as one block."""
 
     def __init__(
-        self, where: _Where, epoch: int, ids: np.ndarray, members: tuple[str, ...]
+        self, where: _Where, groups: list[tuple[int, np.ndarray]], members: tuple[str, ...]
     ) -> None:
         self.where = where
-        self.epoch = epoch
-        self.ids = np.asarray(ids, dtype=np.int64)
+        self.groups = [(epoch, np.asarray(ids, dtype=np.int64)) for epoch, ids in groups]
         self.members = members
 
-    def __call__(self) -> list[Any]:
+    def __call__(self) -> Iterator[Any]:
         source = _source(self.where)
         engine = source.dataset.store.engine
-        samples = engine.run(source.read_async(self.ids.tolist()))
-        return [_raw_block(self.epoch, self.ids, samples, self.members)]
+        # Every group's GETs go out now: the later groups arrive while Ray decodes the
+        # first (a task's read and its decoding run in turn, block by block).
+        fetches = [engine.submit(source.read_async(ids.tolist())) for _, ids in self.groups]
+        for (epoch, ids), fetch in zip(self.groups, fetches, strict=True):
+            yield _raw_block(epoch, ids, fetch.result(), self.members)
 
 
 def _raw_block(
