@@ -11,8 +11,8 @@ batches of 256 images of 224x224 uint8 with the same transform, a
 
 - stoker: ``stoker.integrations.ray.read_dataset`` over the packed shards on its defaults
   (read tasks of 2 read groups each, fused with their ``map_batches`` decoding, at the
-  smallest JPEG scale the crop needs); and the same with ``read_num_cpus=0.25``, reads as tasks of their
-  own beside the decoding;
+  smallest JPEG scale the crop needs); and the same with ``read_num_cpus=0.25``, reads as
+  tasks of their own beside the decoding;
 - ``ray.data.read_images``: the unpacked folder through ``pyarrow.fs.S3FileSystem`` (one
   listing, then a GET per photo; Ray decodes each whole with PIL), then ``map_batches``
   cropping and resizing with OpenCV (bilinear);
