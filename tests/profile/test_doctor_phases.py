@@ -65,7 +65,7 @@ def test_waits_at_epoch_starts_on_idle_decoders_are_named_so(
     text = format_diagnosis(found)
     assert (
         found.verdict
-        == "input-bound at epoch starts: decode (decode threads 30% busy: not saturated)"
+        == "input-bound: decode (at epoch starts; decode threads 30% busy: not saturated)"
     )
     assert found.saturated is False
     assert "epoch starts 180 ms (90%)" in text

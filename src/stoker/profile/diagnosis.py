@@ -17,11 +17,13 @@ class Diagnosis:
 
     Attributes:
         url: The dataset.
-        verdict: ``"compute-bound"`` or ``"input-bound: <bottleneck>"``; ``"input-bound at
-            epoch starts: <bottleneck>"`` when most of the waiting fell in the first batches
-            of each later epoch (the pipeline drained between epochs); followed by
-            ``" (<load>: not saturated)"`` when the resource waited on was busy less than
-            :data:`~stoker.profile.doctor.SATURATED` of the time.
+        verdict: ``"compute-bound"`` or ``"input-bound: <bottleneck>"``, followed by
+            what qualifies it in parentheses: ``at epoch starts`` when most of the waiting
+            fell in the first batches of each later epoch (the pipeline drained between
+            epochs), ``<load>: not saturated`` when the resource waited on was busy less
+            than :data:`~stoker.profile.doctor.SATURATED` of the time
+            (``"input-bound: decode (at epoch starts; decode threads 30% busy: not
+            saturated)"``).
         bottleneck: ``store``, ``decode``, ``transform``, ``collate``, or ``consumer`` when
             compute-bound.
         dominant_stage: The loader stage behind it (``fetch``, ``decode``, ...,

@@ -321,9 +321,10 @@ def _conclude(loader: Loader, advice_for: AdviceFor, m: _Measured) -> Diagnosis:
     else:
         bottleneck = max(waits, key=lambda k: waits[k])
         saturated, busy = _saturation(bottleneck, load)
-        verdict = f"input-bound{' at epoch starts' if at_starts else ''}: {bottleneck}"
+        notes = ["at epoch starts"] if at_starts else []
         if saturated is False:
-            verdict += f" ({busy}: not saturated)"
+            notes.append(f"{busy}: not saturated")
+        verdict = f"input-bound: {bottleneck}" + (f" ({'; '.join(notes)})" if notes else "")
     diagnosis = Diagnosis(
         url=loader.dataset.url,
         verdict=verdict,
