@@ -230,12 +230,13 @@ def test_stats_and_trace_say_what_the_loader_says(dataset_url: str) -> None:
         pass
     stats = torch_loader.stats()
     assert (stats.samples, stats.batches) == (expected.samples, expected.batches) == (90, 6)
-    assert stats.requests["requests.get"] == expected.requests["requests.get"]
-    # Both read the next epoch's first batch ahead, each at its own pace.
+    # Both loaders, reused across epochs, read and decode the next epoch's first batches
+    # ahead, each at its own pace: up to two batches (of two read groups of two blocks).
     ahead = 2 * 16 * float(open_dataset(dataset_url).index.length.max())
     assert abs(stats.requests["bytes.read"] - expected.requests["bytes.read"]) <= ahead
+    assert abs(stats.requests["requests.get"] - expected.requests["requests.get"]) <= 8
     assert set(stats.stages) == set(expected.stages)
-    assert stats.stages["decode"].items == 90
+    assert 90 <= stats.stages["decode"].items <= 90 + 2 * 16
     assert stats.epoch_samples == expected.epoch_samples
     assert stats.threads == expected.threads > 0
     # The next epoch adds to it: counts, stage totals and requests (one store, counted once).
@@ -243,7 +244,7 @@ def test_stats_and_trace_say_what_the_loader_says(dataset_url: str) -> None:
         pass
     both = torch_loader.stats()
     assert (both.samples, both.batches) == (180, 12)
-    assert both.stages["decode"].items == 180
+    assert 180 <= both.stages["decode"].items <= 180 + 2 * 16
     gets = stats.requests["requests.get"]
     assert gets < both.requests["requests.get"] <= 2 * gets
     stages = {e.stage for e in torch_loader.events()}
@@ -264,8 +265,9 @@ def test_stats_and_trace_add_up_over_dataloader_workers(dataset_url: str) -> Non
         pass
     stats = loader.stats()
     assert (stats.samples, stats.batches) == (90, 6)
-    # Each worker decoded its own batches: together, every sample once.
-    assert stats.stages["decode"].items == 90
+    # Each worker decoded its own batches: together, every sample once (and each, at its
+    # epoch's end, its first batch of the next epoch, if it got to it by its last report).
+    assert 90 <= stats.stages["decode"].items <= 90 + 2 * 16
     assert stats.stages["consumer.wait"].items == 90  # measured in this process
     assert stats.stages["consumer.wait"].calls == 6
     # Both workers read: at least every byte one process reads for the epoch.
