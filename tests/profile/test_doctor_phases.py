@@ -83,7 +83,8 @@ def test_waits_at_epoch_starts_on_idle_decoders_are_named_so(
 
 
 def test_phases_of_batches() -> None:
-    assert doctor._phase(1, 1, 1) == "first_batch"
-    assert doctor._phase(2, 1, 2) == "steady"  # the first epoch fills: not an epoch start
-    assert doctor._phase(40, 2, 1) == "epoch_start"
-    assert doctor._phase(45, 2, doctor.EPOCH_START_BATCHES + 1) == "steady"
+    assert doctor._phase(1, 1, 1, 5) == "first_batch"
+    assert doctor._phase(2, 1, 2, 5) == "steady"  # the first epoch fills: not an epoch start
+    assert doctor._phase(40, 2, 1, 5) == "epoch_start"
+    assert doctor._phase(45, 2, 6, 5) == "steady"
+    assert doctor._phase(45, 2, 1, 0) == "steady"  # epochs of fewer than 4 batches

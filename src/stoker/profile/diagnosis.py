@@ -51,7 +51,7 @@ class Diagnosis:
             waits fell: ``first_batch`` (the run's first batch, when measured),
             ``epoch_start`` (the first
             :data:`~stoker.profile.doctor.EPOCH_START_BATCHES` batches of each epoch after
-            the first) and ``steady`` (the rest).
+            the first, at most a quarter of an epoch) and ``steady`` (the rest).
         epochs: Epochs the run started (the first one included).
         saturated: Whether the resource behind the bottleneck was saturated (None: no
             measure of it, or compute-bound).

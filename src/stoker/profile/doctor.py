@@ -12,7 +12,8 @@ the loader's own stage timings:
    thread time) or assembling the batch (``collate``). The largest of these names the
    bottleneck. This attribution needs no model of the machine, so it holds on busy cores.
 3. Where the waits fell: at the run's first batch, at the start of each later epoch (its
-   first :data:`EPOCH_START_BATCHES` batches: a pipeline that drains between epochs waits
+   first :data:`EPOCH_START_BATCHES` batches, at most a quarter of the epoch: a pipeline
+   that drains between epochs waits
    there) or in the steady state; the verdict names the epoch starts when most of the
    waiting was there. And whether the resource waited on was saturated (decode threads or
    cores busy, requests in flight, at least :data:`SATURATED` of the time, or a machine
@@ -134,6 +135,9 @@ def diagnose(
     if step not in ("sleep", "spin"):
         raise ValueError(f"step must be 'sleep' or 'spin', got {step!r}")
     loader.trace(max_events=max_events)
+    # An epoch's start: its first batches, at most a quarter of it (a short epoch is no
+    # more start than steady state).
+    start_batches = min(EPOCH_START_BATCHES, len(loader) // 4)
     origin = time.perf_counter()
     first_batch_s = -1.0
     window_start = origin
@@ -162,7 +166,7 @@ def diagnose(
                 measured += 1
                 samples += len(batch["label"])
                 wait_s += arrived - asked
-                phases[_phase(seen, epochs, delivered)] += arrived - asked
+                phases[_phase(seen, epochs, delivered, start_batches)] += arrived - asked
             elif seen == warmup_batches:
                 window_start = arrived
                 before = loader.stats()
@@ -235,11 +239,12 @@ class _Measured:
     events: tuple[TraceEvent, ...]
 
 
-def _phase(seen: int, epochs: int, delivered: int) -> str:
-    """Where batch ``delivered`` of the run's ``epochs``-th epoch (``seen``-th overall) falls."""
+def _phase(seen: int, epochs: int, delivered: int, start_batches: int) -> str:
+    """Where batch ``delivered`` of the run's ``epochs``-th epoch (``seen``-th overall) falls,
+    when an epoch's first ``start_batches`` are its start."""
     if seen == 1:
         return "first_batch"
-    if epochs > 1 and delivered <= EPOCH_START_BATCHES:
+    if epochs > 1 and delivered <= start_batches:
         return "epoch_start"
     return "steady"
 
