@@ -65,7 +65,10 @@ try:
     from ray.data.datasource import Datasource, ReadTask
     from ray.data.extensions import ArrowPythonObjectArray, ArrowTensorArray
 except ImportError as exc:  # pragma: no cover - the extra names itself
-    raise ImportError("stoker.integrations.ray needs Ray Data: pip install 'stoker[ray]'") from exc
+    raise ImportError(
+        "stoker.integrations.ray needs Ray Data (and Ray Train for iter_torch_batches and "
+        "get_dataset_shard): pip install 'ray[data,train]'"
+    ) from exc
 
 logger = logging.getLogger(__name__)
 
