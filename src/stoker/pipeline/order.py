@@ -77,8 +77,8 @@ class OrderConfig:
         block_size: Samples per block (one ranged read).
         group_blocks: Blocks read together (one read group).
         window: Read groups whose samples each rank mixes together (``"blocks"`` mode): 1
-            mixes within a group only; more mixes better, holds about ``window`` groups in
-            memory and reads that many before the first batch. A Loader leaves it at 1 for a
+            mixes within a group only; more mixes better and holds about ``window`` groups
+            in memory (the window starts narrower: ``window_start``). A Loader leaves it at 1 for a
             pack written in shuffled order and otherwise sizes it to about
             :data:`~stoker.pipeline.plan.WINDOW_TARGET_BYTES`.
         window_start: Read groups the window starts with: the first batch waits for these
