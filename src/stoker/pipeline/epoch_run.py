@@ -68,7 +68,9 @@ class EpochRun:
 
     def start_ready(self, batches: Batcher, room: int) -> None:
         """Start decoding the next batches whose samples are in, at most ``room`` in all
-        decoding here; never waits."""
+        decoding here; never waits (nor starts a run of another process)."""
+        if not self.here:
+            return
         self.stream.top_up()
         while self.pending and len(self.decodes) < room:
             ids = self.plan.batches[self.pending[0]]
@@ -89,3 +91,16 @@ class EpochRun:
             with contextlib.suppress(ValueError, StokerError, CancelledError):
                 batches.finish(pending_batch, [])
         self.decodes.clear()
+
+
+def taken_over(
+    run: EpochRun | None, *, epoch: int, fresh: bool, batches: Batcher
+) -> EpochRun | None:
+    """``run``, if it is epoch ``epoch`` asked for from its start (``fresh``) in the process
+    that started it; else None, and ``run`` (if any) is dropped."""
+    if run is None:
+        return None
+    if run.here and run.epoch == epoch and fresh:
+        return run
+    run.drop(batches)
+    return None

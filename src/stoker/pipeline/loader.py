@@ -37,7 +37,7 @@ from stoker.pipeline.config import (
     check_loader_arguments,
     config_or_default,
 )
-from stoker.pipeline.epoch_run import EpochRun
+from stoker.pipeline.epoch_run import EpochRun, taken_over
 from stoker.pipeline.mixing import SourceShare
 from stoker.pipeline.order import EpochOrder, OrderConfig, Segment
 from stoker.pipeline.plan import (
@@ -102,11 +102,10 @@ class Loader:
         storage_options: See :func:`stoker.open_store`.
 
     Attributes:
-        read_ahead: Whether an epoch's end starts the next epoch (true by default): once
-            every read of this epoch is under way, the next epoch's first read groups are
-            read, and its first batches decoded, so a loader iterated again (with or without
-            :meth:`set_epoch`) does not stall at the boundary. A loader run for one epoch
-            then reads that much in vain; set it false where one epoch's reads are counted.
+        read_ahead: Whether an epoch's end starts the next epoch (true): its first read
+            groups read and first batches decoded, so iterating again (``set_epoch`` or not)
+            does not stall. A loader run once reads that in vain: set it false where one
+            epoch's reads are counted.
 
     Raises:
         TypeError: A setting of the wrong type (``order="random"``, ``drop_last="no"``).
@@ -317,7 +316,9 @@ class Loader:
     # -- iterate: plan -> prefetch -> decode -> deliver --------------------------------------
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        run = self._take_next()
+        fresh = self._position == 0 and not self._segments  # the epoch from its start
+        run = taken_over(self._next, epoch=self.epoch, fresh=fresh, batches=self._batches)
+        self._next = None
         if run is None:
             plan = self._plan(self.epoch, self._position, self._segments)
             self._batches.start_workers(batch_size=self.batch_size, depth=self._decode_depth)
@@ -336,8 +337,8 @@ class Loader:
             batch = self._batches.finish(pending_batch, self._stats.skipped)
             now = self._delivered(number, batch, resumed)
             run.stream.delivering = True
-            if not run.pending:  # the epoch's last batches decode: start the next one's
-                self._decode_ahead(busy=len(run.decodes))
+            if not run.pending and self._next is not None:  # decode the next epoch's start
+                self._next.start_ready(self._batches, self._decode_depth - len(run.decodes))
             yield batch
             resumed = time.perf_counter()
             self.stages.record(Stage.CONSUMER_STEP, resumed - now, start_s=now, lane="consumer")
@@ -346,15 +347,9 @@ class Loader:
         self._position = 0
         self._segments = []
 
-    # -- across epochs: the next one starts while this one ends ----------------------------
-
     def _read_ahead(self) -> None:
-        """Start the next epoch's fetches while this one ends (every chunk of this epoch is
-        submitted): the chunks its first batch needs.
-
-        Used if the next iteration is epoch + 1 from its start (with or without
-        :meth:`set_epoch`), else dropped (see :attr:`read_ahead`).
-        """
+        """Every read of this epoch is under way: start the next epoch (its first batch's
+        reads; its first batches decode as this epoch's last ones do; see ``read_ahead``)."""
         if not self.read_ahead or self._segments or self._next is not None:
             return
         epoch = self.epoch + 1  # this epoch's number until it ends
@@ -362,24 +357,6 @@ class Loader:
         stream = self._prefetcher.open(epoch, plan, on_drained=self._read_ahead)
         self._next = EpochRun.start(epoch, plan, stream)
         stream.top_up()
-
-    def _decode_ahead(self, *, busy: int) -> None:
-        """Start decoding the next epoch's first batches whose samples are in, while
-        ``busy`` batches of this epoch still decode (never waits)."""
-        run = self._next
-        if run is not None and run.here:
-            run.start_ready(self._batches, self._decode_depth - busy)
-
-    def _take_next(self) -> EpochRun | None:
-        """The next epoch started ahead, if it is the one asked for now; else drop it."""
-        run, self._next = self._next, None
-        if run is None:
-            return None
-        fresh = self._position == 0 and not self._segments
-        if run.here and run.epoch == self.epoch and fresh:
-            return run
-        run.drop(self._batches)
-        return None
 
     def _delivered(self, number: int, batch: dict[str, Any], resumed: float) -> float:
         """Count batch ``number`` as delivered; let the tuner and the log see it."""
@@ -408,9 +385,8 @@ class Loader:
         """Stop the decode threads (or processes) and close the disk cache's files; iterating
         again starts them anew."""
         self._prefetcher.drop_read_ahead()
-        if self._next is not None:
-            run, self._next = self._next, None
-            run.drop(self._batches)
+        taken_over(self._next, epoch=-1, fresh=False, batches=self._batches)  # dropped
+        self._next = None
         self._batches.close()
         for dataset in self.source.datasets:
             if dataset.store.cache is not None:
