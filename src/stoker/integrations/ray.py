@@ -164,7 +164,12 @@ def read_dataset(
     ).close()
     orders = {e: opened.epoch_order(settings, e) for e in range(epoch, epoch + epochs)}
     datasource = StokerDatasource(dataset, orders, options, groups_per_task=groups_per_task)
-    ds = ray.data.read_datasource(datasource, num_cpus=read_num_cpus)
+    groups = sum(order.groups for order in orders.values())
+    # As many blocks as read tasks: Ray otherwise splits each task's output to reach its own
+    # count (about 200), and decodes the pieces in tasks of a few samples each.
+    ds = ray.data.read_datasource(
+        datasource, num_cpus=read_num_cpus, override_num_blocks=-(-groups // groups_per_task)
+    )
     ds = ds.map_batches(
         _decode_block,
         batch_size=batch_size,
