@@ -73,9 +73,9 @@ except ImportError as exc:  # pragma: no cover - the extra names itself
 logger = logging.getLogger(__name__)
 
 #: CPUs a read task reserves by default: as many as the decoding, so that Ray fuses the two
-#: into one task. On 2 cores through the 20 ms proxy (benchmarks/ray_read.py, steady state)
-#: a quarter of a CPU made 0.5-0.6x the images/s: the extra workers it needs were started,
-#: and stopped when idle, again and again.
+#: into one task. A quarter of a CPU made 0.81x the images/s in benchmarks/ray_read.py's
+#: smoke run (2 cores, 20 ms proxy): Ray starts, and stops when idle, the extra workers
+#: that reads of their own need, and hands every group through its object store.
 READ_NUM_CPUS = 1.0
 #: Read groups a read task fetches by default (see ``read_dataset``'s ``groups_per_task``).
 GROUPS_PER_TASK = 2
