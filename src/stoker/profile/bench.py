@@ -54,7 +54,9 @@ class BenchResult:
 
 
 def bench_loader(loader: Loader, *, max_batches: int | None = None) -> BenchResult:
-    """Run ``loader`` through (at most ``max_batches`` of) one epoch and measure it."""
+    """Run ``loader`` through (at most ``max_batches`` of) one epoch and measure it (the
+    next epoch is not read ahead, so the requests and bytes are this epoch's)."""
+    loader.read_ahead = False
     before = loader.stats()
     epoch_samples = samples_per_epoch(
         loader.source.epoch_order(loader.order_config, loader.epoch),
@@ -70,7 +72,7 @@ def bench_loader(loader: Loader, *, max_batches: int | None = None) -> BenchResu
         if batches == 0:
             first = time.perf_counter() - started
         batches += 1
-        samples += len(batch["label"])
+        samples += len(batch["index"])
         if max_batches is not None and batches >= max_batches:
             whole = batches == len(loader)
             break

@@ -164,7 +164,7 @@ def diagnose(
                 first_batch_s = arrived - origin
             if seen > warmup_batches:
                 measured += 1
-                samples += len(batch["label"])
+                samples += len(batch["index"])
                 wait_s += arrived - asked
                 phases[_phase(seen, epochs, delivered, start_batches)] += arrived - asked
             elif seen == warmup_batches:
