@@ -17,6 +17,7 @@ from stoker.errors import (
 from stoker.format.reader import ShardDataset, open_dataset
 from stoker.pack.packer import PackConfig, PackReport, pack
 from stoker.pack.reencode import ImagePolicy
+from stoker.pack.tokens import TokenPackConfig, TokenPackReport, pack_tokens
 from stoker.pipeline.autotune import AutotuneConfig
 from stoker.pipeline.config import CacheConfig, DecodeConfig, LoaderOptions, SourceConfig
 from stoker.pipeline.fields import FieldsConfig
@@ -24,6 +25,7 @@ from stoker.pipeline.loader import Loader
 from stoker.pipeline.mixing import MixConfig
 from stoker.pipeline.order import OrderConfig
 from stoker.pipeline.stats import LoaderStats
+from stoker.pipeline.token_loader import TokenLoader
 from stoker.pipeline.windows import WindowConfig
 from stoker.pipeline.world import World
 from stoker.storage import (
@@ -68,6 +70,9 @@ __all__ = [
     "StorageError",
     "StorageOptions",
     "Store",
+    "TokenLoader",
+    "TokenPackConfig",
+    "TokenPackReport",
     "TransferConfig",
     "TransferError",
     "TransferReport",
@@ -77,6 +82,7 @@ __all__ = [
     "open_dataset",
     "open_store",
     "pack",
+    "pack_tokens",
     "transforms",
     "upload",
 ]
