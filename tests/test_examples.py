@@ -10,7 +10,13 @@ import pytest
 
 from stoker.testing.seaweed import free_ports
 
-EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "examples").glob("*.py"))
+# Examples another test runs as a user would, and checks further.
+RUN_ELSEWHERE = {"lm_pretrain.py": "tests/test_lm_example.py (torchrun, 2 ranks, resumed)"}
+EXAMPLES = sorted(
+    p
+    for p in (Path(__file__).resolve().parents[1] / "examples").glob("*.py")
+    if p.name not in RUN_ELSEWHERE
+)
 
 # Examples started by a launcher rather than by plain python, as their docstrings say.
 LAUNCHERS = {
@@ -33,3 +39,11 @@ def test_example_runs(example: Path) -> None:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip()
+
+
+def test_the_examples_run_elsewhere_have_their_tests() -> None:
+    root = Path(__file__).resolve().parents[1]
+    for name, where in RUN_ELSEWHERE.items():
+        test = root / where.split(" ")[0]
+        assert (root / "examples" / name).is_file(), name
+        assert name in test.read_text(), f"{test} does not run {name}"
