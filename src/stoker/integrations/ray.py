@@ -73,9 +73,10 @@ except ImportError as exc:  # pragma: no cover - the extra names itself
 logger = logging.getLogger(__name__)
 
 #: CPUs a read task reserves by default: as many as the decoding, so that Ray fuses the two
-#: into one task. A quarter of a CPU made 0.81x the images/s in benchmarks/ray_read.py's
-#: smoke run (2 cores, 20 ms proxy): Ray starts, and stops when idle, the extra workers
-#: that reads of their own need, and hands every group through its object store.
+#: into one task. A quarter of a CPU made 0.81x and 0.48x the images/s in two smoke runs of
+#: benchmarks/ray_read.py (2 cores, 20 ms proxy): Ray starts, and stops when idle, the
+#: extra workers that reads of their own need, and hands every group through its object
+#: store.
 READ_NUM_CPUS = 1.0
 #: Read groups a read task fetches by default (see ``read_dataset``'s ``groups_per_task``).
 GROUPS_PER_TASK = 2
@@ -187,7 +188,7 @@ def read_dataset(
 
 
 class StokerDatasource(Datasource):
-    """The read groups of epochs of a packed dataset, one Ray read task each.
+    """The read groups of epochs of a packed dataset, ``groups_per_task`` to a Ray read task.
 
     A task's block holds each sample's ``index``, ``epoch``, ``key``, ``label``, its
     members' raw bytes (columns ``member:<ext>``, null where a sample lacks one) and
