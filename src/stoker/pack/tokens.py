@@ -15,13 +15,12 @@ destination must be empty, so delete them and pack again.
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 import random
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import IO, Any, Literal
 
@@ -29,9 +28,8 @@ import numpy as np
 
 from stoker.errors import SourceError
 from stoker.format.foreign.locations import LocationReader
-from stoker.format.index import DatasetIndex
 from stoker.format.token_writer import write_token_dataset
-from stoker.format.tokens import TOKEN_LIMITS, TokenLayout, token_dtype
+from stoker.format.tokens import TOKEN_LIMITS, token_dtype
 from stoker.pack.packer import DEFAULT_SHARD_BYTES
 from stoker.pack.sources import refuse_destination_in_source
 from stoker.pack.token_sources import (
@@ -44,14 +42,25 @@ from stoker.pack.token_sources import (
     read_jsonl,
     read_parquet,
 )
+from stoker.pack.token_summary import TokenSummary, summarise_tokens
+from stoker.pack.tokenizers import TOKENIZE_BATCH, Tokenizer, load_tokenizer, tokenized
 from stoker.storage import Store, open_store
 
 logger = logging.getLogger(__name__)
 
-#: A tokenizer given as a function: text in, token ids out.
-Tokenizer = Callable[[str], Sequence[int]]
-#: Texts handed to the tokenizer at once (a ``tokenizers`` file encodes them in parallel).
-TOKENIZE_BATCH = 512
+# Importable from here as before: the tokenizers (stoker.pack.tokenizers) and the summary
+# of a packed dataset (stoker.pack.token_summary).
+__all__ = [
+    "TOKENIZE_BATCH",
+    "TokenPackConfig",
+    "TokenPackReport",
+    "TokenSummary",
+    "Tokenizer",
+    "load_tokenizer",
+    "pack_tokens",
+    "summarise_tokens",
+]
+
 _UINT32_MAX = TOKEN_LIMITS["uint32"]
 
 
@@ -143,58 +152,6 @@ class TokenPackReport:
         return data
 
 
-@dataclass(frozen=True, slots=True)
-class _Encoder:
-    encode: Callable[[list[str]], list[Sequence[int]]]
-    vocab_size: int | None
-    description: str
-
-
-def load_tokenizer(
-    tokenizer: Tokenizer | str | os.PathLike[str],
-    *,
-    storage_options: Mapping[str, Any] | None = None,
-) -> _Encoder:
-    """A batch encoder for ``tokenizer``: a function of one text, or the path or URL of a
-    Hugging Face ``tokenizers`` JSON file (its special tokens are not added: give the
-    end-of-text id as ``eos_id``).
-
-    Raises:
-        ImportError: A tokenizer file and no ``tokenizers`` package.
-        TypeError: Neither a function nor a path.
-    """
-    if isinstance(tokenizer, str | os.PathLike):
-        location = os.fspath(tokenizer)
-        try:
-            module = importlib.import_module("tokenizers")
-        except ImportError as exc:
-            raise ImportError(
-                "a tokenizer file needs the tokenizers package: pip install 'stoker[tokenizers]'"
-            ) from exc
-        text = LocationReader(storage_options).read(location).decode("utf-8", "replace")
-        try:
-            loaded = module.Tokenizer.from_str(text)
-        except Exception as exc:  # tokenizers raises its own Exception for a bad file
-            raise ValueError(f"{location}: not a tokenizers JSON file: {exc}") from None
-
-        def encode_file(texts: list[str]) -> list[Sequence[int]]:
-            return [e.ids for e in loaded.encode_batch(texts, add_special_tokens=False)]
-
-        size = int(loaded.get_vocab_size(with_added_tokens=True))
-        return _Encoder(encode_file, size, f"tokenizers {location} (vocabulary {size:,})")
-    if not callable(tokenizer):
-        raise TypeError(
-            f"tokenizer must be a function of one text or a tokenizers JSON file, got "
-            f"{type(tokenizer).__name__}"
-        )
-
-    def encode_each(texts: list[str]) -> list[Sequence[int]]:
-        return [tokenizer(text) for text in texts]
-
-    name = getattr(tokenizer, "__qualname__", type(tokenizer).__name__)
-    return _Encoder(encode_each, None, f"function {name}")
-
-
 def pack_tokens(
     source: str | os.PathLike[str],
     destination: str | os.PathLike[str],
@@ -253,7 +210,7 @@ def pack_tokens(
     reader = LocationReader(storage_options)
     items = _read(inputs, reader, config, offsets_at)
     if encoder is not None:
-        items = _tokenized(items, encoder)
+        items = tokenized(items, encoder)
     report = TokenPackReport(
         source=f"{inputs.kind} {src} ({len(inputs.files):,} files)",
         source_format=inputs.kind,
@@ -347,40 +304,6 @@ def _read(
     return read_parquet(inputs.files, reader, text_field=config.text_field)
 
 
-def _tokenized(items: Iterable[Item], encoder: _Encoder) -> Iterator[Item]:
-    batch: list[Item] = []
-    for item in items:
-        batch.append(item)
-        if len(batch) >= TOKENIZE_BATCH:
-            yield from _encode(batch, encoder)
-            batch = []
-    yield from _encode(batch, encoder)
-
-
-def _encode(batch: list[Item], encoder: _Encoder) -> Iterator[Item]:
-    texts = [(n, item.value) for n, item in enumerate(batch) if isinstance(item.value, str)]
-    try:
-        encoded: list[Sequence[int] | Exception] = list(encoder.encode([t for _, t in texts]))
-    except Exception:  # a tokenizer may raise anything: find the document
-        encoded = [_encode_one(encoder, t) for _, t in texts]
-    ids: dict[int, Any] = {n: e for (n, _), e in zip(texts, encoded, strict=True)}
-    for n, item in enumerate(batch):
-        value = ids.get(n)
-        if isinstance(value, Exception):
-            yield Item(item.key, item.source, problem=f"the tokenizer failed: {value!r}")
-        elif n in ids:
-            yield Item(item.key, item.source, value)
-        else:
-            yield item
-
-
-def _encode_one(encoder: _Encoder, text: str) -> Sequence[int] | Exception:
-    try:
-        return encoder.encode([text])[0]
-    except Exception as exc:  # named with the document by the caller
-        return exc
-
-
 def _checked(item: Item, limit: int, vocab_size: int | None) -> tuple[np.ndarray, str | None]:
     """The document's ids as an array, and why it cannot be packed (None if it can)."""
     if item.problem is not None:
@@ -445,79 +368,3 @@ class _Staging:
             self._file.seek(start * item)
             data = self._file.read((end - start) * item)
             yield self.keys[n], np.frombuffer(data, dtype=self.dtype)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TokenSummary:
-    """What a token dataset holds, from its index alone (``stoker inspect``).
-
-    Attributes:
-        url: The dataset.
-        tokens: Tokens in the stream (end-of-text ids included).
-        documents: Documents.
-        dtype: ``uint16`` or ``uint32``.
-        eos_id: The end-of-text id appended to each document, or None.
-        max_id: The largest id.
-        bytes: Shard bytes.
-        document_tokens: Mean, min and max tokens a document (its end-of-text id included).
-        seq_len: The sequence length the next figure is for.
-        sequences: Sequences of ``seq_len + 1`` tokens (inputs and the next-token labels)
-            an epoch of the whole stream holds, on one rank.
-        skipped: Inputs left out at pack time.
-        packed_with: The pack's parameters.
-        shards: Per shard: name, documents, tokens, bytes.
-    """
-
-    url: str
-    tokens: int
-    documents: int
-    dtype: str
-    eos_id: int | None
-    max_id: int
-    bytes: int
-    document_tokens: dict[str, float]
-    seq_len: int
-    sequences: int
-    skipped: int
-    packed_with: dict[str, Any]
-    shards: list[dict[str, Any]]
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict."""
-        return asdict(self)
-
-
-def summarise_tokens(
-    url: str, layout: TokenLayout, index: DatasetIndex, *, seq_len: int
-) -> TokenSummary:
-    """Summarise a token dataset's index for sequences of ``seq_len`` tokens (no shard is
-    read).
-
-    Raises:
-        ValueError: ``seq_len`` below 1.
-    """
-    if seq_len < 1:
-        raise ValueError(f"seq_len must be >= 1, got {seq_len}")
-    lengths = np.asarray(index.length, dtype=np.int64) // layout.itemsize
-    return TokenSummary(
-        url=url,
-        tokens=layout.tokens,
-        documents=len(index),
-        dtype=layout.dtype.name,
-        eos_id=layout.eos_id,
-        max_id=layout.max_id,
-        bytes=sum(s.size for s in index.shards),
-        document_tokens={
-            "mean": round(float(lengths.mean()), 1) if len(lengths) else 0.0,
-            "min": int(lengths.min()) if len(lengths) else 0,
-            "max": int(lengths.max()) if len(lengths) else 0,
-        },
-        seq_len=seq_len,
-        sequences=layout.tokens // (seq_len + 1),
-        skipped=len(index.skipped),
-        packed_with=dict(index.packed_with),
-        shards=[
-            {"name": s.name, "documents": s.samples, "tokens": int(n), "bytes": s.size}
-            for s, n in zip(index.shards, layout.shard_tokens, strict=True)
-        ],
-    )
