@@ -10,9 +10,15 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 from rich.table import Table
 
-from stoker.cli.common import handle_errors, printable
+from stoker.cli.common import handle_errors
 from stoker.cli.common import storage_options as _storage
 from stoker.cli.params import ByteSize
+from stoker.cli.tokens import (
+    check_pack_options,
+    inspect_tokens,
+    pack_tokens_command,
+    with_token_pack_options,
+)
 from stoker.core.units import format_bytes
 from stoker.format.reader import ShardDataset, open_dataset
 from stoker.format.spec import DEFAULT_MAX_PIXELS, MAX_PREFIXES
@@ -21,8 +27,7 @@ from stoker.pack.limits import check_workers
 from stoker.pack.packer import DEFAULT_SHARD_BYTES, PackConfig, pack
 from stoker.pack.reencode import ImagePolicy
 from stoker.pack.sources import FORMATS
-from stoker.pack.token_sources import BIN_DTYPES
-from stoker.pack.tokens import TokenPackConfig, TokenSummary, pack_tokens, summarise_tokens
+from stoker.pack.token_summary import summarise_tokens
 from stoker.pipeline.order import assign
 from stoker.pipeline.plan import resolve_order
 from stoker.pipeline.quality import LabelMix, ReadCost, label_mix, read_cost
@@ -124,46 +129,7 @@ from stoker.profile.fields import DEFAULT_SUMMARY_SAMPLES, FieldSummary, summari
     help="Let a CSV/JSONL list name files outside its own folder (absolute paths, ../, "
     "other buckets); refused by default.",
 )
-@click.option(
-    "--tokens",
-    is_flag=True,
-    help="Pack tokenized documents (.npy/.bin files, or one file with --offsets) or "
-    "JSONL/Parquet text with --tokenizer into token shards for TokenLoader.",
-)
-@click.option(
-    "--offsets",
-    metavar="FILE.npy",
-    help="With --tokens: each document's start in SRC (one file of concatenated tokens), "
-    "and the end.",
-)
-@click.option(
-    "--bin-dtype",
-    type=click.Choice(BIN_DTYPES),
-    help="With --tokens: the dtype of raw .bin token files.",
-)
-@click.option(
-    "--text-field",
-    default="text",
-    show_default=True,
-    help="With --tokens: the JSONL field or Parquet column holding the text.",
-)
-@click.option(
-    "--tokenizer",
-    metavar="TOKENIZER.json",
-    help="With --tokens: a Hugging Face tokenizers file for JSONL/Parquet text (needs "
-    "pip install tokenizers); its special tokens are not added.",
-)
-@click.option(
-    "--vocab-size",
-    type=click.IntRange(1, 1 << 32),
-    help="With --tokens: ids at or above it are out of range; uint16 when it is at most "
-    "65536 (default: the tokenizer's, else the largest id found decides).",
-)
-@click.option(
-    "--eos-id",
-    type=click.IntRange(0, (1 << 32) - 1),
-    help="With --tokens: the end-of-text id appended after every document.",
-)
+@with_token_pack_options
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option("--no-progress", is_flag=True, help="Do not show the progress bar.")
 @click.pass_context
@@ -211,9 +177,9 @@ def pack_command(
     keeps the input's), each checked: an id out of range, an empty document or an array
     that is not 1-D integers is named, or skipped and listed with --on-error skip.
     """
-    _check_pack_options(ctx, tokens)
+    check_pack_options(ctx, tokens)
     if tokens:
-        _pack_tokens(ctx, src, dst_url, on_error, as_json, no_progress)
+        pack_tokens_command(ctx, src, dst_url, on_error, as_json, no_progress)
         return
     try:
         check_workers(workers)
@@ -284,102 +250,6 @@ def pack_command(
             click.echo(f"  {item['source']}: {item['reason']}", err=True)
 
 
-#: Options of one kind of pack only, by parameter name, with their flags.
-_TOKEN_OPTIONS = {
-    "offsets": "--offsets",
-    "bin_dtype": "--bin-dtype",
-    "text_field": "--text-field",
-    "tokenizer": "--tokenizer",
-    "vocab_size": "--vocab-size",
-    "eos_id": "--eos-id",
-}
-_IMAGE_OPTIONS = {
-    "source_format": "--format",
-    "samples_per_shard": "--samples-per-shard",
-    "resize_shorter": "--resize",
-    "max_side": "--max-side",
-    "quality": "--quality",
-    "max_pixels": "--max-pixels",
-    "engine": "--engine",
-    "prefixes": "--prefixes",
-    "class_names": "--class-name",
-    "allow_outside_list": "--allow-outside-list",
-}
-
-
-def _check_pack_options(ctx: click.Context, tokens: bool) -> None:
-    """Refuse options of the other kind of pack, so that none is silently ignored."""
-    for name, flag in (_IMAGE_OPTIONS if tokens else _TOKEN_OPTIONS).items():
-        if ctx.get_parameter_source(name) not in (None, click.core.ParameterSource.DEFAULT):
-            raise click.UsageError(
-                f"{flag} does not apply to a token pack"
-                if tokens
-                else f"{flag} applies to token packs only (add --tokens)"
-            )
-
-
-def _pack_tokens(
-    ctx: click.Context, src: str, dst_url: str, on_error: str, as_json: bool, no_progress: bool
-) -> None:
-    params = ctx.params
-    config = TokenPackConfig(
-        eos_id=params["eos_id"],
-        vocab_size=params["vocab_size"],
-        bin_dtype=params["bin_dtype"],
-        text_field=params["text_field"],
-        max_shard_bytes=params["shard_size"],
-        shuffle_seed=None if params["keep_order"] else params["shuffle_seed"],
-        on_error=on_error,  # type: ignore[arg-type]
-        workers=params["workers"],
-    )
-    show = not no_progress and not as_json and sys.stderr.isatty()
-    bar = Progress(
-        "{task.description}",
-        BarColumn(),
-        MofNCompleteColumn(),
-        "documents",
-        TimeRemainingColumn(),
-        console=Console(stderr=True),
-        disable=not show,
-    )
-    tasks = {phase: bar.add_task(phase, total=None) for phase in ("read", "write")}
-
-    def progress(phase: str, total: int | None, advance: int) -> None:
-        bar.update(tasks[phase], total=total, advance=advance)
-
-    with bar:
-        report = pack_tokens(
-            src,
-            dst_url,
-            config=config,
-            tokenizer=params["tokenizer"],
-            offsets=params["offsets"],
-            storage_options=_storage(ctx),
-            progress=progress,
-        )
-    if as_json:
-        click.echo(json.dumps(report.to_dict(), indent=2))
-        return
-    using = f" with {report.tokenizer}" if report.tokenizer else ""
-    click.echo(f"Read {report.source}{using}.")
-    order = (
-        "in the input's order"
-        if report.shuffle_seed is None
-        else f"shuffled by seed {report.shuffle_seed}"
-    )
-    eos = "" if report.eos_id is None else f", end-of-text id {report.eos_id} after each"
-    click.echo(
-        f"Packed {report.documents:,} documents, {report.tokens:,} tokens ({report.dtype}"
-        f"{eos}; largest id {report.max_id:,}) into {_count(report.shards, 'shard')} at "
-        f"{report.destination} in {report.seconds:.1f} s, documents {order}; "
-        f"read {format_bytes(report.bytes_in)}, wrote {format_bytes(report.bytes_out)}."
-    )
-    if report.skipped:
-        click.echo(f"Skipped {len(report.skipped)} documents (listed in index.json):", err=True)
-        for item in report.skipped[:20]:
-            click.echo(f"  {printable(item['source'])}: {printable(item['reason'])}", err=True)
-
-
 @click.command("inspect")
 @click.argument("url")
 @click.option(
@@ -413,7 +283,7 @@ def inspect_command(
     """
     dataset = open_dataset(url, storage_options=_storage(ctx))
     if dataset.index.tokens is not None:
-        _inspect_tokens(
+        inspect_tokens(
             summarise_tokens(dataset.url, dataset.index.tokens, dataset.index, seq_len=seq_len),
             as_json=as_json,
         )
@@ -480,44 +350,6 @@ def inspect_command(
     console.print(shards)
     if len(dataset.shards) > 50:
         console.print(f"... and {len(dataset.shards) - 50} more shards (--json lists all)")
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n:,} {noun}{'' if n == 1 else 's'}"
-
-
-def _inspect_tokens(summary: TokenSummary, *, as_json: bool) -> None:
-    if as_json:
-        click.echo(json.dumps(summary.to_dict(), indent=2))
-        return
-    console = Console()
-    lengths = summary.document_tokens
-    eos = "none" if summary.eos_id is None else f"{summary.eos_id} (after each document)"
-    console.print(
-        f"[bold]{printable(summary.url)}[/]: token dataset, {summary.tokens:,} tokens in "
-        f"{summary.documents:,} documents, {_count(len(summary.shards), 'shard')}, "
-        f"{format_bytes(summary.bytes)}; {summary.skipped} inputs skipped at pack time",
-        highlight=False,
-    )
-    console.print(
-        f"dtype {summary.dtype}, largest id {summary.max_id:,}, end-of-text id {eos}\n"
-        f"tokens per document{' (eos included)' if summary.eos_id is not None else ''}: "
-        f"mean {lengths['mean']:,.1f}, min {lengths['min']:,}, max {lengths['max']:,}\n"
-        f"sequences per epoch at --seq-len {summary.seq_len:,}: {summary.sequences:,} "
-        f"(tokens // {summary.seq_len + 1:,}, one rank)",
-        highlight=False,
-    )
-    shards = Table("shard", "documents", "tokens", "bytes")
-    for entry in summary.shards[:50]:
-        shards.add_row(
-            entry["name"],
-            f"{entry['documents']:,}",
-            f"{entry['tokens']:,}",
-            format_bytes(entry["bytes"]),
-        )
-    console.print(shards)
-    if len(summary.shards) > 50:
-        console.print(f"... and {len(summary.shards) - 50} more shards (--json lists all)")
 
 
 def _field_table(fields: list[FieldSummary], *, read: int) -> Table:
