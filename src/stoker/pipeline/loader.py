@@ -41,6 +41,7 @@ from stoker.pipeline.epoch_run import EpochRun, taken_over
 from stoker.pipeline.mixing import SourceShare
 from stoker.pipeline.order import EpochOrder, OrderConfig, Segment
 from stoker.pipeline.plan import (
+    DropLast,
     EpochPlan,
     batches_per_epoch,
     log_padding,
@@ -83,7 +84,7 @@ class Loader:
         seed: Seed of the order and of the augmentations (0 if neither this nor
             ``order.seed`` is given; giving both, different, is an error).
         drop_last: Drop the last incomplete batch, and even ranks out by dropping samples
-            rather than padding with repeats.
+            rather than padding with repeats; ``"ranks"``: only the latter.
         order: Shuffle settings (:class:`~stoker.pipeline.order.OrderConfig`): mode
             (``"none"`` for no shuffle), seed, block, group and window sizes; unset ones
             are derived from the data (:func:`~stoker.pipeline.plan.resolve_order`).
@@ -119,7 +120,7 @@ class Loader:
         batch_size: int,
         transform: Any = None,
         seed: int | None = None,
-        drop_last: bool = False,
+        drop_last: DropLast = False,
         order: OrderConfig | None = None,
         world: World | None = None,
         decode: DecodeConfig | None = None,
@@ -150,7 +151,7 @@ class Loader:
         self.transform = transform
         self.world = config_or_default("world", world, World)
         self.rank, self.world_size = self.world.rank, self.world.world_size
-        self.drop_last = check_bool("drop_last", drop_last)
+        self.drop_last = drop_last if drop_last == "ranks" else check_bool("drop_last", drop_last)
         warn_if_small(units, world=self.world, batch_size=batch_size, url=self.source.url)
         self.num_threads = decode.threads if isinstance(decode.threads, int) else default_threads()
         # Read groups ahead: enough for two batches, at least two (past the window's `hold`).

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -132,14 +132,27 @@ def resolve_seed(order: OrderConfig | None, seed: int | None) -> int:
     return ordered if ordered is not None else (seed or 0)
 
 
-def batches_per_epoch(order: EpochOrder, *, world: World, batch_size: int, drop_last: bool) -> int:
+#: What a Loader drops: ``True`` the last incomplete batch and what evens out the ranks;
+#: ``"ranks"`` only what evens out the ranks (a last, short batch is delivered); ``False``
+#: nothing (ranks are evened out by repeats).
+DropLast = bool | Literal["ranks"]
+
+
+def drops_ranks(drop_last: DropLast) -> bool:
+    """Whether ranks are evened out by dropping samples (else by repeating some)."""
+    return drop_last is True or drop_last == "ranks"
+
+
+def batches_per_epoch(
+    order: EpochOrder, *, world: World, batch_size: int, drop_last: DropLast
+) -> int:
     """Batches one rank delivers in a full epoch of ``order`` (the same on every rank)."""
     return _rank_batches(len(order.samples), world.world_size, batch_size, drop_last)
 
 
-def _rank_batches(samples: int, world_size: int, batch_size: int, drop_last: bool) -> int:
-    n = share_length(samples, world_size=world_size, drop_last=drop_last)
-    return n // batch_size if drop_last else -(-n // batch_size)
+def _rank_batches(samples: int, world_size: int, batch_size: int, drop_last: DropLast) -> int:
+    n = share_length(samples, world_size=world_size, drop_last=drops_ranks(drop_last))
+    return n // batch_size if drop_last is True else -(-n // batch_size)
 
 
 def warn_if_small(units: int, *, world: World, batch_size: int, url: str) -> None:
@@ -203,7 +216,7 @@ def plan_epoch(
     *,
     world: World,
     batch_size: int,
-    drop_last: bool,
+    drop_last: DropLast,
     group_samples: int,
     position: int = 0,
     segments: Sequence[Segment] = (),
@@ -215,23 +228,25 @@ def plan_epoch(
         world: This rank and worker; worker ``w`` makes batches ``position + w``,
             ``position + w + num_workers``, ...
         batch_size: Samples per batch.
-        drop_last: Drop a last, incomplete batch (and even ranks out by dropping).
+        drop_last: Drop a last, incomplete batch and even ranks out by dropping (True),
+            or only even ranks out by dropping (``"ranks"``).
         group_samples: Samples per read group (the fetch unit of a single worker).
         position: Batches of the epoch already delivered.
         segments: Earlier parts of the epoch run on other world sizes; what they consumed
             is left out and the rest partitioned anew.
     """
-    exclude = consumed(order, segments, drop_last=drop_last) if segments else None
+    drop = drops_ranks(drop_last)
+    exclude = consumed(order, segments, drop_last=drop) if segments else None
     share = assign(
         order,
         rank=world.rank,
         world_size=world.world_size,
-        drop_last=drop_last,
+        drop_last=drop,
         exclude=exclude,
     )
     samples = share.samples
     batches = [samples[b : b + batch_size] for b in range(0, len(samples), batch_size)]
-    if drop_last and batches and len(batches[-1]) < batch_size:
+    if drop_last is True and batches and len(batches[-1]) < batch_size:
         batches.pop()
     # Counted from the resume point: a DataLoader asks its workers in turn, worker 0 first,
     # so worker 0 must hold the next batch whatever the position is.
@@ -295,7 +310,7 @@ def resume_point(
     batch_size: int,
     world_size: int,
     orders: Callable[[int], EpochOrder] | None = None,
-    drop_last: bool = False,
+    drop_last: DropLast = False,
 ) -> ResumePoint:
     """Where to continue a run saved as ``state`` (see :meth:`stoker.Loader.state_dict`).
 
@@ -374,7 +389,7 @@ _AT_LEAST_ONE = ("batch_size", "world_size")
 
 
 def _check_fits(
-    point: ResumePoint, order: EpochOrder, world_size: int, batch_size: int, drop_last: bool
+    point: ResumePoint, order: EpochOrder, world_size: int, batch_size: int, drop_last: DropLast
 ) -> None:
     """Refuse a resume point that consumed more of ``order`` than it holds."""
     total = len(order.samples)
@@ -401,4 +416,4 @@ def _check_fits(
                 f"{segment.consumed} samples, but {where} and {left} were left: at most {most}"
             )
         if segment.consumed:
-            seen = consumed(order, [segment], drop_last=drop_last, seen=seen)
+            seen = consumed(order, [segment], drop_last=drops_ranks(drop_last), seen=seen)

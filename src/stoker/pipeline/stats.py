@@ -205,11 +205,14 @@ def format_stats(stats: LoaderStats) -> str:
     return "\n".join(lines)
 
 
-def samples_per_epoch(order: EpochOrder, *, world: World, batch_size: int, drop_last: bool) -> int:
+def samples_per_epoch(
+    order: EpochOrder, *, world: World, batch_size: int, drop_last: bool | str
+) -> int:
     """Samples one rank delivers in a full epoch of ``order``: its share (padding included),
     less the last incomplete batch with ``drop_last``; not batches times ``batch_size``."""
-    n = share_length(len(order.samples), world_size=world.world_size, drop_last=drop_last)
-    return n - n % batch_size if drop_last else n
+    dropping = drop_last is True or drop_last == "ranks"
+    n = share_length(len(order.samples), world_size=world.world_size, drop_last=dropping)
+    return n - n % batch_size if drop_last is True else n
 
 
 class ProgressLog:

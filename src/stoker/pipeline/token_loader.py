@@ -105,7 +105,7 @@ class TokenLoader(Loader):
             opened,
             batch_size=batch_size,
             seed=seed,
-            drop_last=True,
+            drop_last="ranks",
             order=order,
             world=world,
             prefetch=prefetch,
