@@ -19,7 +19,8 @@ from stoker.cli.common import (
     open_url,
     printable,
 )
-from stoker.cli.dataset import index_command, inspect_command, pack_command, verify_command
+from stoker.cli.dataset import index_command, pack_command, verify_command
+from stoker.cli.inspect import inspect_command
 from stoker.cli.params import EndpointUrl, FiniteFloat
 from stoker.cli.profile import bench_command, doctor_command, show_command
 from stoker.cli.transfer import download_command, upload_command
