@@ -92,6 +92,9 @@ def run_stoker(url: str, seq_len: int, batch: int, cache_dir: str | None) -> dic
     imported_at = time.time()
     cache = CacheConfig(dir=cache_dir) if cache_dir else None
     with TokenLoader(url, seq_len=seq_len, batch_size=batch, cache=cache) as loader:
+        # Cold, one epoch is measured: its bytes, not the next epoch's start read ahead at
+        # its end. Warm, epochs run back to back, each reading its successor's start.
+        loader.read_ahead = bool(cache_dir)
         opened_at = time.time()
         first_epoch_s = 0.0
         if cache_dir:
