@@ -4,7 +4,9 @@ DataLoader over WebDataset, epoch by epoch (issue 25).
 The photos of benchmarks/loader.py's set (a) (500x375, ~100 kB, RandomResizedCrop(224) +
 flip, batches of 256), packed into tar shards in SeaweedFS behind the 20 ms / 1 Gbit/s
 proxy. Both methods read the same shards through the proxy, in this process, one after
-the other, each with two worker processes that persist across epochs and a disk cache:
+the other (``--repeats`` rounds, the order reversed every other round, a fresh disk cache
+each round; the table shows each epoch's medians), each with two worker processes that
+persist across epochs and a disk cache:
 
 - stoker: ``TorchLoader(num_workers=2, cache=CacheConfig(dir=...))``;
 - WebDataset: ``DataLoader(wds.WebDataset(urls, cache_dir=...).shuffle(1000).map(...)
@@ -19,8 +21,8 @@ a steady-state batch interval; disk-cache bytes per epoch at most 1.05x the data
 images/s at least 1.5x the DataLoader's.
 
     pip install -e '.[bench,test]'
-    python benchmarks/torch_epochs.py            # 20,000 photos, ~10 minutes
-    python benchmarks/torch_epochs.py --quick    # 1,500 photos: a smoke run
+    python benchmarks/torch_epochs.py            # 20,000 photos, two rounds
+    python benchmarks/torch_epochs.py --quick    # 1,500 photos, one round: a smoke run
 
 Writes benchmarks/out/torch_epochs.json and benchmarks/out/torch_epochs.md.
 """
@@ -157,6 +159,19 @@ def summary(result: dict[str, Any]) -> str:
     )
 
 
+def median_epochs(runs: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Each epoch's numbers, the median over the rounds."""
+    out = []
+    for epoch in zip(*runs, strict=True):
+        merged = dict(epoch[0])
+        for key, value in epoch[0].items():
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                merged[key] = statistics.median(run[key] for run in epoch)
+        merged["rounds"] = len(epoch)
+        out.append(merged)
+    return out
+
+
 def report(results: dict[str, Any]) -> tuple[str, dict[str, bool]]:
     """The markdown table and the goals' checks."""
     data = results["data_bytes"]
@@ -209,10 +224,14 @@ def main() -> int:
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--rtt-ms", type=float, default=20.0)
     parser.add_argument("--gbit", type=float, default=1.0)
-    parser.add_argument("--quick", action="store_true", help="1,500 photos: a smoke run")
+    parser.add_argument(
+        "--repeats", type=int, help="rounds, the order reversed every other one (default 2)"
+    )
+    parser.add_argument("--quick", action="store_true", help="1,500 photos, one round: a smoke run")
     args = parser.parse_args()
     if args.quick:
-        args.files = args.files or 1500
+        args.files, args.repeats = args.files or 1500, args.repeats or 1
+    args.repeats = args.repeats or 2
     torch.set_num_threads(1)
     OUT.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="stoker-bench-torch-epochs-"))
@@ -228,10 +247,18 @@ def main() -> int:
                 prep = prepare_set(args.set, server, files=args.files)
                 results.update(files=prep.files, mean_kb=prep.mean_kb, data_bytes=prep.shard_bytes)
                 options = server.storage_options(proxy.endpoint)
-                results["stoker"] = run_stoker(
-                    prep, proxy, options, scratch / "stoker", args.epochs
-                )
-                results["webdataset"] = run_webdataset(prep, proxy, scratch / "wds", args.epochs)
+                runs: dict[str, list[list[dict[str, Any]]]] = {"stoker": [], "webdataset": []}
+                for round_ in range(args.repeats):
+                    # A fresh disk cache each round: epoch 1 fills it, as a first run does.
+                    cache = scratch / f"round{round_}"
+                    methods = list(runs) if round_ % 2 == 0 else list(runs)[::-1]
+                    for method in methods:
+                        if method == "stoker":
+                            run = run_stoker(prep, proxy, options, cache / method, args.epochs)
+                        else:
+                            run = run_webdataset(prep, proxy, cache / method, args.epochs)
+                        runs[method].append(run)
+                results.update({method: median_epochs(r) for method, r in runs.items()})
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     text, checks = report(results)

@@ -13,7 +13,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from stoker.core.metrics import TraceEvent
 from stoker.integrations.observe import WorkerReport, batched_by_a_dataloader, new_events
-from stoker.integrations.torch_tensors import to_tensors
+from stoker.integrations.torch_tensors import each_tensor, to_tensors
 from stoker.integrations.torch_workers import NextEpoch, StartPoint
 from stoker.pipeline.config import BLOCK_PAGE_BYTES, DecodeConfig, LoaderOptions, SourceConfig
 from stoker.pipeline.loader import Loader
@@ -194,7 +194,7 @@ class StokerIterableDataset(IterableDataset[dict[str, Any]]):
             # The share of this epoch is made: make the next epoch's first batch while the
             # DataLoader has not asked for it yet (a worker is idle until then).
             after = self.live.state_dict()
-            self._ahead = NextEpoch(after, self._epoch(after, info))
+            self._ahead = NextEpoch(after, self._epoch(after, info), ready=_share_tensors)
 
     def _loader(self, info: Any) -> Loader:
         """This process's loader, made on first use."""
@@ -254,6 +254,15 @@ class StokerIterableDataset(IterableDataset[dict[str, Any]]):
         live, self.live = self.live, None
         if live is not None and self._loader_pid == os.getpid():
             live.close()
+
+
+def _share_tensors(item: Any) -> None:
+    """Move a worker's batch's tensors into shared memory now (the DataLoader does it when
+    the batch is handed over, a copy of the whole batch)."""
+    batch = item[0] if isinstance(item, tuple) else item
+    for value in batch.values():
+        for tensor in each_tensor(value):
+            tensor.share_memory_()  # type: ignore[no-untyped-call]  # torch leaves it unannotated
 
 
 def _described(source: SourceLike) -> str:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from multiprocessing.context import get_spawning_popen
 from typing import Any
 
@@ -85,11 +85,19 @@ class NextEpoch:
     Args:
         start: The state the batches start from (the next epoch's beginning).
         batches: The iteration that makes them (not yet started).
+        ready: Called on the first batch once made, on the same thread (to move its
+            tensors into shared memory there rather than when it is handed over).
     """
 
-    def __init__(self, start: dict[str, Any], batches: Iterator[Any]) -> None:
+    def __init__(
+        self,
+        start: dict[str, Any],
+        batches: Iterator[Any],
+        ready: Callable[[Any], None] | None = None,
+    ) -> None:
         self.start = start
         self._batches = batches
+        self._ready = ready
         self._first: list[Any] = []
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._make, name="stoker next epoch", daemon=True)
@@ -97,7 +105,10 @@ class NextEpoch:
 
     def _make(self) -> None:
         try:
-            self._first = [next(self._batches)]
+            first = next(self._batches)
+            if self._ready is not None:
+                self._ready(first)
+            self._first = [first]
         except StopIteration:
             pass
         except BaseException as exc:  # re-raised where the batch is asked for
