@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from stoker.cli.bench import bench_command
 from stoker.cli.cache import cache_group
 from stoker.cli.common import (
     Context,
@@ -22,7 +23,7 @@ from stoker.cli.common import (
 from stoker.cli.dataset import index_command, pack_command, verify_command
 from stoker.cli.inspect import inspect_command
 from stoker.cli.params import EndpointUrl, FiniteFloat
-from stoker.cli.profile import bench_command, doctor_command, show_command
+from stoker.cli.profile import doctor_command, show_command
 from stoker.cli.transfer import download_command, upload_command
 from stoker.core.units import format_bytes
 from stoker.errors import BucketNotFoundError
