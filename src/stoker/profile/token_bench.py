@@ -75,8 +75,10 @@ def bench_tokens(loader: TokenLoader, *, max_batches: int | None = None) -> Toke
         max_batches: Stop after this many batches (default: the whole epoch).
 
     Returns:
-        The measurements; bytes and GETs are the loader's own counts over the run.
+        The measurements; bytes and GETs are the loader's own counts over the run (the
+        next epoch is not read ahead, so they are this epoch's).
     """
+    loader.read_ahead = False
     before = loader.stats()
     epoch_batches = loader.batches_per_epoch()
     cpu_started = time.process_time()
