@@ -7,6 +7,7 @@ import os
 from typing import Any
 
 from loader_report import epoch_cells
+from stoker.pipeline.order import WINDOW_START_DIVISOR
 
 NAMES = {
     "pairs_stoker": "stoker on the tars indexed in place, RandomResizedCrop(224), every field",
@@ -127,13 +128,15 @@ def _extras(part: str, r: dict[str, Any], args: argparse.Namespace) -> list[str]
         lines.append(f"| {part} | stoker on {how}: stage seconds (first round) | {stages} |")
         first = s["first_batch_s"] - s["import_s"] - s["open_s"]
         group_mb = s["block_size"] * s["group_blocks"] * kb / 1e3
+        first_groups = -(-s["window"] // WINDOW_START_DIVISOR)  # the order's narrow start
         lines.append(
             f"| {part} | stoker on {how}: first batch s = imports + Loader open + first "
             f"batch; the order's blocks, read groups and window | {s['import_s']:.2f} + "
             f"{s['open_s']:.2f} + {first:.2f}; {s['block_size']} records a block, "
             f"{s['group_blocks']} blocks a group ({group_mb:.1f} MB), a window of "
-            f"{s['window']} groups (~{min(s['window'] * group_mb, s['data_bytes'] / 1e6):.0f} "
-            "MB read before the first batch) |"
+            f"{s['window']} groups starting at {first_groups} "
+            f"(~{min(first_groups * group_mb, s['data_bytes'] / 1e6):.0f} MB read before "
+            "the first batch) |"
         )
         fields = ", ".join(f"{k}: {v}" for k, v in s["fields"].items())
         lines.append(f"| {part} | stoker on {how}: its batch | {fields} |")
