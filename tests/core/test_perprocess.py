@@ -65,3 +65,37 @@ def test_a_copy_or_pickle_drops_the_value() -> None:
     assert duplicate.peek() is None
     assert duplicate.get() == os.getpid()
     assert value.get() == -1
+
+
+def test_a_lock_held_by_another_thread_at_a_fork_is_free_in_the_child() -> None:
+    """A read running ahead on the I/O thread may be counting a request when a DataLoader
+    forks its workers: the child's first count must not wait for a thread it lacks."""
+    import os
+    import threading
+
+    from stoker.core.metrics import Counters, Stages
+
+    counters, stages = Counters(), Stages()
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with counters._lock, stages._lock:
+            held.set()
+            release.wait(10)
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    held.wait(10)
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child: count, then leave at once
+            alarm = threading.Timer(5, os._exit, (3,))  # a deadlock exits 3
+            alarm.start()
+            counters.add("requests.get")
+            stages.record("fetch", 0.1)
+            os._exit(0 if counters.get("requests.get") == 1 else 4)
+        _, status = os.waitpid(pid, 0)
+    finally:
+        release.set()
+        thread.join()
+    assert os.waitstatus_to_exitcode(status) == 0

@@ -11,6 +11,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 
+from stoker.core.perprocess import ForkSafeLock
+
 
 class Counters:
     """A named set of monotonically increasing integer counters.
@@ -23,7 +25,7 @@ class Counters:
 
     def __init__(self) -> None:
         self._counts: Counter[str] = Counter()
-        self._lock = threading.Lock()
+        self._lock = ForkSafeLock()
 
     def add(self, name: str, value: int = 1) -> None:
         """Add ``value`` to counter ``name``."""
@@ -137,7 +139,7 @@ class Stages:
 
     def __init__(self) -> None:
         self._totals: dict[str, list[float]] = {}
-        self._lock = threading.Lock()
+        self._lock = ForkSafeLock()
         self._events: collections.deque[TraceEvent] | None = None
 
     def start_tracing(self, max_events: int) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
@@ -66,3 +67,48 @@ class PerProcess(Generic[T]):
         self._value = None
         self._locks = {}
         self._inherited = []
+
+
+class ForkSafeLock:
+    """A lock that a forked child finds released, whoever held it at the fork.
+
+    A ``threading.Lock`` held by another thread when the process forks (an I/O thread
+    counting a request of a read running ahead, say) stays held in the child, where that
+    thread does not exist: the child's first ``with lock`` waits forever. Every
+    ForkSafeLock is made anew in the child right after a fork. What the lock guarded may be
+    half-updated there (a counter, a total); the objects guarded this way tolerate that.
+    """
+
+    __slots__ = ("__weakref__", "_lock")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        _FORK_SAFE_LOCKS.add(self)
+
+    def __enter__(self) -> bool:
+        return self._lock.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        """As ``threading.Lock.acquire``."""
+        return self._lock.acquire(blocking, timeout)
+
+    def release(self) -> None:
+        """As ``threading.Lock.release``."""
+        self._lock.release()
+
+    def _remake(self) -> None:
+        self._lock = threading.Lock()
+
+
+_FORK_SAFE_LOCKS: weakref.WeakSet[ForkSafeLock] = weakref.WeakSet()
+
+
+def _remake_locks() -> None:
+    for lock in list(_FORK_SAFE_LOCKS):
+        lock._remake()
+
+
+os.register_at_fork(after_in_child=_remake_locks)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import threading
 from collections import OrderedDict
 from typing import Any
+
+from stoker.core.perprocess import ForkSafeLock
 
 
 def sample_bytes(sample: dict[str, Any]) -> int:
@@ -25,7 +26,7 @@ class SampleCache:
         self.max_bytes = max_bytes
         self._items: OrderedDict[int, tuple[dict[str, Any], int]] = OrderedDict()
         self._bytes = 0
-        self._lock = threading.Lock()
+        self._lock = ForkSafeLock()
         self.hits = 0
         self.misses = 0
 

@@ -30,7 +30,6 @@ import re
 import shutil
 import stat
 import struct
-import threading
 import time
 import uuid
 import zlib
@@ -38,6 +37,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from stoker.core.metrics import Counters
+from stoker.core.perprocess import ForkSafeLock
 from stoker.storage.cache_files import EntryFiles, describe_path
 
 logger = logging.getLogger(__name__)
@@ -107,7 +107,7 @@ class DiskCache:
                     f"{folder} is a symbolic link (to {folder.readlink()}): the cache never "
                     "works through a link; remove it, or give the cache another directory"
                 )
-        self._thread_lock = threading.Lock()
+        self._thread_lock = ForkSafeLock()
         self._fds: tuple[int, int, int] | None = None  # (pid, lock fd, size fd)
         self._writable = True
         self._told: set[str] = set()  # paths left alone and already named in a warning

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import threading
 from collections.abc import Mapping, Sequence
 
+from stoker.core.perprocess import ForkSafeLock
 from stoker.storage.base import ObjectMeta, PutData, Store, check_range, check_ranges
 from stoker.storage.blocking import BlockingForms
 from stoker.storage.cache import DiskCache
@@ -56,7 +56,7 @@ class CachedStore(StoreWrapper, BlockingForms):
         self.cache = cache
         self.page_bytes = page_bytes
         self._objects: dict[str, tuple[str, int]] = dict(objects or {})
-        self._lock = threading.Lock()
+        self._lock = ForkSafeLock()
         self._in_flight: dict[str, asyncio.Future[Page]] = {}
 
     def __repr__(self) -> str:
