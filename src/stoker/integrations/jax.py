@@ -26,11 +26,10 @@ from typing import Any, Unpack
 import jax
 import numpy as np
 
-from stoker.core.metrics import TraceEvent
 from stoker.format.reader import ShardDataset
+from stoker.integrations.delivering import Delivering
 from stoker.pipeline.config import LoaderOptions
 from stoker.pipeline.loader import Loader
-from stoker.pipeline.stats import LoaderStats
 from stoker.pipeline.world import World
 
 
@@ -128,7 +127,7 @@ def _as_jax_stores(name: str, value: np.ndarray) -> np.ndarray | None:
     return narrowed
 
 
-class JaxLoader:
+class JaxLoader(Delivering):
     """Batches of ``jax.Array`` s for a JAX training loop.
 
     Batches are dicts like :class:`stoker.Loader`'s: ``image`` (``uint8`` ``(N, H, W, 3)``),
@@ -171,60 +170,7 @@ class JaxLoader:
             options["world"] = World(rank=rank, world_size=world_size)
         self.sharding = sharding if sharding is not None else batch_sharding()
         self.loader = Loader(source, batch_size=batch_size, **options)
-        self._state: dict[str, Any] | None = None  # the loader's state at the last delivery
-
-    def set_epoch(self, epoch: int) -> None:
-        """Use epoch ``epoch``'s order from the next iteration on."""
-        self._state = None
-        self.loader.set_epoch(epoch)
-
-    def __len__(self) -> int:
-        return len(self.loader)
-
-    def state_dict(self) -> dict[str, Any]:
-        """Where the run is (see :meth:`stoker.Loader.state_dict`)."""
-        return dict(self._state) if self._state is not None else self.loader.state_dict()
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Continue after the last batch ``state`` counted (see
-        :meth:`stoker.Loader.load_state_dict`)."""
-        self._state = None
-        self.loader.load_state_dict(state)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        upcoming: tuple[dict[str, Any], dict[str, Any]] | None = None
-        for batch in self.loader:
-            # Placing is asynchronous: this copy runs while the caller uses the last batch.
-            ready = (to_arrays(batch, self.sharding), self.loader.state_dict())
-            if upcoming is not None:
-                yield self._deliver(upcoming)
-            upcoming = ready
-        if upcoming is not None:
-            yield self._deliver(upcoming)
-        self._state = None
-
-    def _deliver(self, upcoming: tuple[dict[str, Any], dict[str, Any]]) -> dict[str, Any]:
-        batch, self._state = upcoming
-        return batch
-
-    def stats(self) -> LoaderStats:
-        """The loader's counters (see :meth:`stoker.Loader.stats`)."""
-        return self.loader.stats()
-
-    def trace(self, *, max_events: int = 200_000) -> None:
-        """Keep a timeline of the loader's stages (see :meth:`stoker.Loader.trace`)."""
-        self.loader.trace(max_events=max_events)
-
-    def events(self) -> list[TraceEvent]:
-        """The timeline kept since :meth:`trace`."""
-        return self.loader.events()
-
-    def close(self) -> None:
-        """Stop the loader's decode threads."""
-        self.loader.close()
-
-    def __enter__(self) -> JaxLoader:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        # Placing is asynchronous: each copy runs while the caller uses the last batch.
+        return self._delivered(lambda batch: to_arrays(batch, self.sharding), ahead=True)

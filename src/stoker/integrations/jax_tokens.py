@@ -20,8 +20,8 @@ from typing import Any
 import jax
 import numpy as np
 
+from stoker.integrations.delivering import Delivering
 from stoker.integrations.jax import batch_sharding, detect_world
-from stoker.pipeline.stats import LoaderStats
 from stoker.pipeline.token_loader import TokenLoader
 from stoker.pipeline.world import World
 
@@ -30,7 +30,7 @@ from stoker.pipeline.world import World
 ROW_FIELDS = ("input_ids", "labels", "position_ids", "index", "source")
 
 
-class JaxTokenLoader:
+class JaxTokenLoader(Delivering):
     """Batches of a :class:`stoker.TokenLoader` as global ``jax.Array`` s.
 
     ``input_ids`` and ``labels`` (and ``position_ids``, ``index``, ``source``) are laid out
@@ -54,6 +54,8 @@ class JaxTokenLoader:
         sharding: Where batches go.
     """
 
+    loader: TokenLoader
+
     def __init__(
         self,
         source: Any,
@@ -72,40 +74,10 @@ class JaxTokenLoader:
         self.loader = TokenLoader(
             source, seq_len=seq_len, batch_size=batch_size, world=world, **options
         )
-        self._state: dict[str, Any] | None = None
-
-    def set_epoch(self, epoch: int) -> None:
-        """Use epoch ``epoch``'s order from the next iteration on."""
-        self._state = None
-        self.loader.set_epoch(epoch)
-
-    def __len__(self) -> int:
-        return len(self.loader)
-
-    def state_dict(self) -> dict[str, Any]:
-        """Where the run is (see :meth:`stoker.Loader.state_dict`)."""
-        return dict(self._state) if self._state is not None else self.loader.state_dict()
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Continue after the last batch ``state`` counted."""
-        self._state = None
-        self.loader.load_state_dict(state)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        upcoming: tuple[dict[str, Any], dict[str, Any]] | None = None
-        for batch in self.loader:
-            # Placing is asynchronous: this copy runs while the caller uses the last batch.
-            ready = (self._place(batch), self.loader.state_dict())
-            if upcoming is not None:
-                yield self._deliver(upcoming)
-            upcoming = ready
-        if upcoming is not None:
-            yield self._deliver(upcoming)
-        self._state = None
-
-    def _deliver(self, upcoming: tuple[dict[str, Any], dict[str, Any]]) -> dict[str, Any]:
-        batch, self._state = upcoming
-        return batch
+        # Placing is asynchronous: each copy runs while the caller uses the last batch.
+        return self._delivered(self._place, ahead=True)
 
     def _place(self, batch: Mapping[str, Any]) -> dict[str, Any]:
         # jax leaves make_array_from_process_local_data unannotated.
@@ -116,17 +88,3 @@ class JaxTokenLoader:
             else value
             for name, value in batch.items()
         }
-
-    def stats(self) -> LoaderStats:
-        """The loader's counters (see :meth:`stoker.Loader.stats`)."""
-        return self.loader.stats()
-
-    def close(self) -> None:
-        """Stop the loader and close its disk cache's files."""
-        self.loader.close()
-
-    def __enter__(self) -> JaxTokenLoader:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -21,14 +21,14 @@ from typing import Any
 
 import torch
 
+from stoker.integrations.delivering import Delivering
 from stoker.integrations.torch import detect_world
 from stoker.integrations.torch_tensors import each_tensor, to_tensors
-from stoker.pipeline.stats import LoaderStats
 from stoker.pipeline.token_loader import TokenLoader
 from stoker.pipeline.world import World
 
 
-class TorchTokenLoader:
+class TorchTokenLoader(Delivering):
     """Batches of a :class:`stoker.TokenLoader` as tensors.
 
     ``input_ids``, ``labels``, ``index`` (and ``source`` in a mix, ``position_ids`` and
@@ -54,6 +54,8 @@ class TorchTokenLoader:
         loader: The :class:`stoker.TokenLoader` making the batches.
     """
 
+    loader: TokenLoader
+
     def __init__(
         self,
         source: Any,
@@ -73,47 +75,11 @@ class TorchTokenLoader:
         )
         self.pin_memory = pin_memory
         self.device = torch.device(device) if device is not None else None
-        self._state: dict[str, Any] | None = None  # the loader's state at the last delivery
-
-    def set_epoch(self, epoch: int) -> None:
-        """Use epoch ``epoch``'s order from the next iteration on."""
-        self._state = None
-        self.loader.set_epoch(epoch)
-
-    def __len__(self) -> int:
-        return len(self.loader)
-
-    def state_dict(self) -> dict[str, Any]:
-        """Where the run is (see :meth:`stoker.Loader.state_dict`): a few integers."""
-        return dict(self._state) if self._state is not None else self.loader.state_dict()
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Continue after the last batch ``state`` counted, on any world size (see
-        :meth:`stoker.Loader.load_state_dict`)."""
-        self._state = None
-        self.loader.load_state_dict(state)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        if self.device is None:  # nothing to overlap: hand each batch over as it comes
-            for batch in self.loader:
-                self._state = self.loader.state_dict()
-                yield self._tensors(batch)
-            self._state = None
-            return
-        upcoming: tuple[dict[str, Any], dict[str, Any]] | None = None
-        for batch in self.loader:
-            # The copy of this batch is issued before the caller gets the previous one.
-            ready = (self._tensors(batch), self.loader.state_dict())
-            if upcoming is not None:
-                yield self._deliver(upcoming)
-            upcoming = ready
-        if upcoming is not None:
-            yield self._deliver(upcoming)
-        self._state = None
-
-    def _deliver(self, upcoming: tuple[dict[str, Any], dict[str, Any]]) -> dict[str, Any]:
-        batch, self._state = upcoming
-        return batch
+        # With a device, each copy is issued before the caller gets the previous batch;
+        # without one there is nothing to overlap, and each batch is handed over as it comes.
+        return self._delivered(self._tensors, ahead=self.device is not None)
 
     def _tensors(self, batch: Mapping[str, Any]) -> dict[str, Any]:
         out = to_tensors(batch)
@@ -137,17 +103,3 @@ class TorchTokenLoader:
     def dropped_tokens(self) -> int:
         """Tokens an epoch leaves out (see :attr:`stoker.TokenLoader.dropped_tokens`)."""
         return self.loader.dropped_tokens
-
-    def stats(self) -> LoaderStats:
-        """The loader's counters (see :meth:`stoker.Loader.stats`)."""
-        return self.loader.stats()
-
-    def close(self) -> None:
-        """Stop the loader and close its disk cache's files."""
-        self.loader.close()
-
-    def __enter__(self) -> TorchTokenLoader:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
