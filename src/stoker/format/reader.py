@@ -313,16 +313,21 @@ class ShardDataset:
 
         async def fetch(run: Run) -> dict[int, dict[str, Any] | ShardFormatError]:
             name = self._index.shards[run.shard].name
-            data = await self._store.get_range_async(name, start=run.start, end=run.end)
-            out: dict[int, dict[str, Any] | ShardFormatError] = {}
-            for i in run.samples:
-                start = int(self._index.offset[i]) - run.start
-                try:
-                    out[i] = self._decode(i, data[start : start + int(self._index.length[i])])
-                except ShardFormatError as exc:
-                    if not return_errors:
-                        raise
-                    out[i] = exc
+            # One request for the run; through a disk cache, only the samples' bytes are
+            # read (the gaps between them may be another loader worker's samples).
+            parts = [self._span(i) for i in run.samples]
+            spans = await self._store.get_parts_async(
+                name, start=run.start, end=run.end, parts=parts
+            )
+            # A part of a cached page is checked by the sample's CRC-32 alone: one that
+            # fails it is read again as whole pages, whose CRC-32 the cache checks (a
+            # damaged page is removed and fetched again); failing again, it is corrupt.
+            cached = self._store.cache is not None
+            out, again = self._decode_all(run.samples, spans, return_errors, retry=cached)
+            if again:
+                data = await self._store.get_range_async(name, start=run.start, end=run.end)
+                spans = [data[s - run.start : e - run.start] for s, e in map(self._span, again)]
+                out.update(self._decode_all(again, spans, return_errors, retry=False)[0])
             return out
 
         # Size checks run beside the reads; a wrong size explains a failed read, so it wins.
@@ -349,6 +354,29 @@ class ShardDataset:
                 raise error
             found.update((i, error) for i in run.samples)
         return [found[i] for i in wanted]
+
+    def _span(self, i: int) -> tuple[int, int]:
+        start = int(self._index.offset[i])
+        return start, start + int(self._index.length[i])
+
+    def _decode_all(
+        self, samples: list[int], spans: list[memoryview], return_errors: bool, *, retry: bool
+    ) -> tuple[dict[int, dict[str, Any] | ShardFormatError], list[int]]:
+        """Decoded samples (or their errors, with ``return_errors``), and with ``retry``
+        those that failed their CRC-32, left to read again."""
+        out: dict[int, dict[str, Any] | ShardFormatError] = {}
+        again: list[int] = []
+        for i, span in zip(samples, spans, strict=True):
+            try:
+                out[i] = self._decode(i, span)
+            except ShardFormatError as exc:
+                if retry and isinstance(exc, CorruptShardError):
+                    again.append(i)
+                elif not return_errors:
+                    raise
+                else:
+                    out[i] = exc
+        return out, again
 
     def verify(self, *, progress: Callable[[int], None] | None = None) -> VerifyReport:
         """Read every shard whole and check its size and SHA-256, every sample's CRC-32,

@@ -121,6 +121,24 @@ class Store(Protocol):
         """Return several ranges of one object; nearby ranges may share one request."""
         ...
 
+    def get_parts(
+        self, path: str, *, start: int, end: int, parts: Sequence[tuple[int, int]]
+    ) -> builtins.list[memoryview]:
+        """Return the bytes of each ``(part_start, part_end)`` of ``[start, end)``.
+
+        The range is what one request would read (parts with gaps between them, coalesced
+        into one ranged GET by the caller); the parts are what the caller needs of it. A
+        store reading from the network fetches the range in one request and cuts the parts
+        out of it (:func:`get_parts_by_range`); a store reading through a disk cache reads
+        only the parts from the pages it has (see
+        :class:`~stoker.storage.cached.CachedStore`), so bytes between parts, such as
+        another loader worker's samples, are never read from the cache.
+
+        Raises:
+            ValueError: A part is empty or not inside ``[start, end)``.
+        """
+        ...
+
     def head(self, path: str) -> ObjectMeta:
         """Return the object's metadata without its bytes."""
         ...
@@ -159,6 +177,12 @@ class Store(Protocol):
         """Async form of :meth:`get_ranges`."""
         ...
 
+    async def get_parts_async(
+        self, path: str, *, start: int, end: int, parts: Sequence[tuple[int, int]]
+    ) -> builtins.list[memoryview]:
+        """Async form of :meth:`get_parts`."""
+        ...
+
     async def head_async(self, path: str) -> ObjectMeta:
         """Async form of :meth:`head`."""
         ...
@@ -184,6 +208,29 @@ def check_ranges(path: str, starts: Sequence[int], ends: Sequence[int]) -> None:
     """Raise ValueError unless ``starts`` and ``ends`` pair up."""
     if len(starts) != len(ends):
         raise ValueError(f"{path}: {len(starts)} starts but {len(ends)} ends")
+
+
+def check_parts(path: str, start: int, end: int, parts: Sequence[tuple[int, int]]) -> None:
+    """Raise ValueError unless ``[start, end)`` is a range and every part a range in it."""
+    check_range(path, start, end)
+    for part_start, part_end in parts:
+        if not start <= part_start < part_end <= end:
+            raise ValueError(
+                f"{path}: bad part [{part_start}, {part_end}) of [{start}, {end}); need "
+                "start <= part_start < part_end <= end"
+            )
+
+
+async def get_parts_by_range(
+    store: Store, path: str, *, start: int, end: int, parts: Sequence[tuple[int, int]]
+) -> builtins.list[memoryview]:
+    """:meth:`Store.get_parts_async` as one ranged read of ``[start, end)``, cut into the
+    parts (views, no copies): what a store with no cache does."""
+    check_parts(path, start, end, parts)
+    if not parts:
+        return []
+    data = memoryview(await store.get_range_async(path, start=start, end=end))
+    return [data[s - start : e - start] for s, e in parts]
 
 
 def check_range(path: str, start: int, end: int) -> None:

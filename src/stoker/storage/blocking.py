@@ -4,6 +4,8 @@ A backend writes each operation once, as its ``_async`` method, and inherits fro
 :class:`BlockingForms` the blocking form of each, which runs the async one on the store's I/O
 engine (:attr:`~stoker.storage.base.Store.engine`) and waits for it. Both forms therefore
 behave alike: the same checks, the same counters, the same de-duplication of concurrent reads.
+It also gives the default ``get_parts_async`` (one ranged read, cut into the parts), which
+a store that can read parts more cheaply overrides.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import builtins
 from collections.abc import Iterator, Sequence
 
-from stoker.storage.base import Listing, ObjectMeta, PutData, Store
+from stoker.storage.base import Listing, ObjectMeta, PutData, Store, get_parts_by_range
 
 
 class BlockingForms:
@@ -31,6 +33,18 @@ class BlockingForms:
         self: Store, path: str, *, starts: Sequence[int], ends: Sequence[int]
     ) -> builtins.list[memoryview]:
         return self.engine.run(self.get_ranges_async(path, starts=starts, ends=ends))
+
+    def get_parts(
+        self: Store, path: str, *, start: int, end: int, parts: Sequence[tuple[int, int]]
+    ) -> builtins.list[memoryview]:
+        return self.engine.run(self.get_parts_async(path, start=start, end=end, parts=parts))
+
+    async def get_parts_async(
+        self: Store, path: str, *, start: int, end: int, parts: Sequence[tuple[int, int]]
+    ) -> builtins.list[memoryview]:
+        # The default: one ranged read through this store's own get_range_async (so a
+        # wrapper's checks apply), cut into the parts. CachedStore reads parts of pages.
+        return await get_parts_by_range(self, path, start=start, end=end, parts=parts)
 
     def head(self: Store, path: str) -> ObjectMeta:
         return self.engine.run(self.head_async(path))

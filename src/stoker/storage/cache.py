@@ -12,6 +12,13 @@ may use one directory at once:
 - when the total passes the limit, the oldest entries (by last use, kept in their mtime)
   are deleted down to 90 % of it, so the limit holds to within one entry;
 - leftovers of writers that died mid-write are removed when a cache is opened;
+- :meth:`DiskCache.read_spans` reads parts of an entry without reading all of it: the
+  entry's header (magic and length, against the file's size) is checked, but the CRC-32
+  covers the whole payload and cannot check a part; the caller checks what it reads
+  (:class:`~stoker.format.reader.ShardDataset` checks each sample's CRC-32 from the index,
+  and on a mismatch reads the whole entry again, which the CRC-32 checks);
+- :meth:`DiskCache.claim` lets one process of the node fetch a missing entry while the
+  others wait for it (:mod:`stoker.storage.cache_claims`);
 - the cache reads and deletes only regular files it wrote (named by a key's digest), never
   through a symbolic link: a link or a stranger's file planted under ``entries/`` is left
   alone and named in a warning (the directory is shared by every job on the node).
@@ -26,11 +33,8 @@ import errno
 import fcntl
 import logging
 import os
-import re
 import shutil
-import stat
 import struct
-import time
 import uuid
 import zlib
 from collections.abc import Iterator
@@ -38,7 +42,8 @@ from pathlib import Path
 
 from stoker.core.metrics import Counters
 from stoker.core.perprocess import ForkSafeLock
-from stoker.storage.cache_files import EntryFiles, describe_path
+from stoker.storage.cache_claims import Claim, PageClaims
+from stoker.storage.cache_files import EntryFiles, describe_path, open_own, remove_stale_tmp
 
 logger = logging.getLogger(__name__)
 
@@ -53,8 +58,6 @@ _STALE_TMP_S = 60.0
 _ABANDONED_TMP_S = 3600.0
 #: Last-use times closer than this to now are not rewritten (saves a syscall per hit).
 _TOUCH_EVERY_S = 10.0
-#: The names of the files the cache writes to ``tmp/``.
-_TMP_NAME = re.compile(r"[0-9]+-.+")
 
 
 class DiskCache:
@@ -112,8 +115,11 @@ class DiskCache:
         self._writable = True
         self._told: set[str] = set()  # paths left alone and already named in a warning
         self._files = EntryFiles(self._entries, self._leave_alone)
+        self._claims = PageClaims(self._root / "claims", self._leave_alone)
         with self._locked():
-            self._remove_stale_tmp()
+            remove_stale_tmp(self._tmp, stale_s=_STALE_TMP_S, abandoned_s=_ABANDONED_TMP_S)
+            if create:
+                self._claims.remove_stale(_STALE_TMP_S)
 
     @classmethod
     def for_data(
@@ -143,8 +149,8 @@ class DiskCache:
         # open file description (flock would then not exclude the two).
         pid = os.getpid()
         if self._fds is None or self._fds[0] != pid:
-            lock_fd = _open_own(self._root / "lock")
-            size_fd = _open_own(self._root / "size")
+            lock_fd = open_own(self._root / "lock")
+            size_fd = open_own(self._root / "size")
             self._fds = (pid, lock_fd, size_fd)
         return self._fds[1], self._fds[2]
 
@@ -207,6 +213,64 @@ class DiskCache:
         self.counters.add("cache.bytes_hit", len(payload))
         return payload
 
+    def read_spans(
+        self, key: str, spans: list[tuple[int, int]], *, length: int | None = None
+    ) -> list[bytes] | None:
+        """The bytes at each ``(offset, length)`` of the payload stored under ``key``, or
+        None (a miss, or a damaged entry removed).
+
+        Only the header is checked (its magic, and its length against the file's size and
+        against ``length`` if given): the payload's CRC-32 covers all of it, so the caller
+        must check what it reads. ``cache.bytes_hit`` counts the bytes read.
+
+        Raises:
+            ValueError: A span is not inside the entry's payload.
+        """
+        folder, name = self._files.locate(key)
+        found = self._files.read_at(
+            folder,
+            name,
+            [(0, _HEADER.size), *((_HEADER.size + at, n) for at, n in spans)],
+            touch_after_s=_TOUCH_EVERY_S,
+        )
+        if found is None:
+            self.counters.add("cache.misses")
+            return None
+        size, (header, *pieces) = found
+        stored = _HEADER.unpack(header)[1] if len(header) == _HEADER.size else -1
+        if header[:4] != _MAGIC or stored != size - _HEADER.size or length not in (None, stored):
+            logger.warning("disk cache %s: damaged entry %s removed", self.directory, name)
+            self.counters.add("cache.damaged")
+            self._files.remove(folder, name)
+            self.counters.add("cache.misses")
+            return None
+        for (offset, want), piece in zip(spans, pieces, strict=True):
+            if offset < 0 or want < 0 or offset + want > stored or len(piece) != want:
+                raise ValueError(
+                    f"disk cache {self.directory}: span ({offset}, {want}) is not inside "
+                    f"entry {name} ({stored} bytes)"
+                )
+        self.counters.add("cache.hits")
+        self.counters.add("cache.bytes_hit", sum(len(piece) for piece in pieces))
+        return pieces
+
+    def contains(self, key: str) -> bool:
+        """Whether an entry for ``key`` is there now (counted as neither hit nor miss)."""
+        return self._files.exists(*self._files.locate(key))
+
+    def claim(self, key: str) -> Claim | None:
+        """Claim the fetch of the entry for ``key`` among the node's processes.
+
+        Returns:
+            A :class:`~stoker.storage.cache_claims.Claim` to release once the entry is
+            stored (or its fetch failed); None while another process holds it (wait for
+            the entry, then claim again). A cache this process cannot write to gives a
+            claim that excludes nothing.
+        """
+        if not self._writable:
+            return Claim()
+        return self._claims.try_claim(self._files.locate(key)[1])
+
     def put(self, key: str, data: bytes | bytearray | memoryview) -> None:
         """Store ``data`` under ``key`` (a no-op if already there or if it cannot fit)."""
         size = _HEADER.size + len(data)
@@ -262,21 +326,6 @@ class DiskCache:
                 evicted += 1
         self.counters.add("cache.evictions", evicted)
         return total
-
-    def _remove_stale_tmp(self) -> None:
-        now = time.time()
-        with os.scandir(self._tmp) as found:
-            for entry in found:
-                if not _TMP_NAME.fullmatch(entry.name):
-                    continue  # not a name this cache writes
-                pid_text = entry.name.split("-", 1)[0]
-                alive = _pid_alive(int(pid_text))
-                with contextlib.suppress(FileNotFoundError):
-                    info = entry.stat(follow_symlinks=False)
-                    age = now - info.st_mtime
-                    stale = (not alive and age > _STALE_TMP_S) or age > _ABANDONED_TMP_S
-                    if stale and stat.S_ISREG(info.st_mode):
-                        Path(entry.path).unlink()  # tmp/ is a real folder (checked on open)
 
     @property
     def bytes(self) -> int:
@@ -336,20 +385,6 @@ def is_disk_cache(directory: str | os.PathLike[str]) -> bool:
     )
 
 
-def _open_own(path: Path) -> int:
-    """Open (or make) one of the cache's own files, never through a link."""
-    try:
-        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-    except OSError as exc:
-        if exc.errno != errno.ELOOP:
-            raise
-        raise OSError(
-            exc.errno,
-            f"{path} is a symbolic link (to {path.readlink()}): the cache never writes "
-            "through a link; remove it, or give the cache another directory",
-        ) from exc
-
-
 def _is_real_dir(path: Path) -> bool:
     return path.is_dir() and not path.is_symlink()
 
@@ -362,13 +397,3 @@ def _unwrap(data: bytes) -> bytes | None:
     if magic != _MAGIC or length != len(payload) or zlib.crc32(payload) != crc:
         return None
     return payload
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

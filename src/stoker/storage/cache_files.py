@@ -61,10 +61,8 @@ class EntryFiles:
             self._stranger([str(self.root / folder)])
             return None
 
-    def read(self, folder: str, name: str, *, touch_after_s: float | None = None) -> bytes | None:
-        """An entry's bytes, read only from a regular file in a real folder (None if there
-        is none). With ``touch_after_s``, a last use (the mtime) older than that is set to
-        now: the LRU order."""
+    def _open(self, folder: str, name: str) -> int | None:
+        """A read descriptor of a regular entry file in a real folder, or None."""
         folder_fd = self._folder(folder)
         if folder_fd is None:
             return None
@@ -80,16 +78,51 @@ class EntryFiles:
             return None
         finally:
             os.close(folder_fd)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            self._stranger([str(self.root / folder / name)])
+            return None
+        return fd
+
+    @staticmethod
+    def _touch(fd: int, touch_after_s: float | None) -> None:
+        now = time.time()
+        if touch_after_s is not None and now - os.fstat(fd).st_mtime > touch_after_s:
+            os.utime(fd, (now, now))
+
+    def read(self, folder: str, name: str, *, touch_after_s: float | None = None) -> bytes | None:
+        """An entry's bytes, read only from a regular file in a real folder (None if there
+        is none). With ``touch_after_s``, a last use (the mtime) older than that is set to
+        now: the LRU order."""
+        fd = self._open(folder, name)
+        if fd is None:
+            return None
         with open(fd, "rb") as f:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode):
-                self._stranger([str(self.root / folder / name)])
-                return None
             data = f.read()
-            now = time.time()
-            if touch_after_s is not None and now - info.st_mtime > touch_after_s:
-                os.utime(fd, (now, now))
+            self._touch(fd, touch_after_s)
         return data
+
+    def read_at(
+        self,
+        folder: str,
+        name: str,
+        spans: list[tuple[int, int]],
+        *,
+        touch_after_s: float | None = None,
+    ) -> tuple[int, list[bytes]] | None:
+        """The entry's size and its bytes at each ``(offset, length)`` (one ``pread`` each;
+        shorter where the file ends sooner), or None if there is no entry; the same checks
+        and last use as :meth:`read`."""
+        fd = self._open(folder, name)
+        if fd is None:
+            return None
+        try:
+            size = os.fstat(fd).st_size
+            pieces = [os.pread(fd, length, offset) for offset, length in spans]
+            self._touch(fd, touch_after_s)
+        finally:
+            os.close(fd)
+        return size, pieces
 
     def remove(self, folder: str, name: str) -> bool:
         """Delete an entry if it is a regular file in a real folder; whether it did."""
@@ -176,3 +209,49 @@ def _is_dir(entry: os.DirEntry[str]) -> bool:
         return entry.is_dir(follow_symlinks=False)
     except OSError:
         return False
+
+
+#: The names of the files a cache writes to its ``tmp/`` folder: ``PID-RANDOM``.
+_TMP_NAME = re.compile(r"[0-9]+-.+")
+
+
+def remove_stale_tmp(folder: Path, *, stale_s: float, abandoned_s: float) -> None:
+    """Remove a cache's leftover temporary files: those of writers that died (their pid
+    gone) older than ``stale_s``, and any older than ``abandoned_s``. Only regular files
+    with the names the cache gives are removed (``folder`` is checked to be a real one)."""
+    now = time.time()
+    with os.scandir(folder) as found:
+        for entry in found:
+            if not _TMP_NAME.fullmatch(entry.name):
+                continue  # not a name this cache writes
+            alive = _pid_alive(int(entry.name.split("-", 1)[0]))
+            with contextlib.suppress(FileNotFoundError):
+                info = entry.stat(follow_symlinks=False)
+                age = now - info.st_mtime
+                stale = (not alive and age > stale_s) or age > abandoned_s
+                if stale and stat.S_ISREG(info.st_mode):
+                    Path(entry.path).unlink()
+
+
+def open_own(path: Path) -> int:
+    """Open (or make) one of the cache's own files, never through a link."""
+    try:
+        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+        raise OSError(
+            exc.errno,
+            f"{path} is a symbolic link (to {path.readlink()}): the cache never writes "
+            "through a link; remove it, or give the cache another directory",
+        ) from exc
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

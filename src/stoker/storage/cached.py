@@ -3,22 +3,44 @@
 Objects are cut into pages at fixed offsets; entries are keyed by the object's version (a
 content hash the caller knows, such as a shard's SHA-256 from the index, or else the ETag
 and size from one HEAD), so a rewritten object never hits stale bytes.
+
+A read of parts (:meth:`CachedStore.get_parts_async`, what a dataset's reader asks for: the
+samples of one coalesced request) reads only those parts' bytes from cached pages, so
+loader workers that share pages each read only their own samples. A page missed by several
+processes of the node at once is fetched by one of them, which claims it in the cache's
+directory; the others wait for it there.
 """
 
 from __future__ import annotations
 
 import asyncio
 import builtins
+import logging
+import time
 from collections.abc import Mapping, Sequence
 
 from stoker.core.perprocess import ForkSafeLock
-from stoker.storage.base import ObjectMeta, PutData, Store, check_range, check_ranges
+from stoker.storage.base import (
+    ObjectMeta,
+    PutData,
+    Store,
+    check_parts,
+    check_range,
+    check_ranges,
+)
 from stoker.storage.blocking import BlockingForms
 from stoker.storage.cache import DiskCache
+from stoker.storage.cache_claims import Claim
+from stoker.storage.cache_pages import Page, PageBytes, Spans, merge_spans
 from stoker.storage.wrapper import StoreWrapper
 
-#: A page's bytes: from the disk cache, or a view into the ranged read that fetched it.
-Page = bytes | memoryview
+logger = logging.getLogger(__name__)
+
+#: How long a read waits for a page another process is fetching before fetching it too.
+CLAIM_WAIT_S = 30.0
+#: The pauses between looks at the cache while waiting: from the first, doubling to the last.
+_FIRST_POLL_S = 0.002
+_LAST_POLL_S = 0.05
 
 
 class CachedStore(StoreWrapper, BlockingForms):
@@ -26,8 +48,11 @@ class CachedStore(StoreWrapper, BlockingForms):
 
     An object is cut into pages of ``page_bytes`` at fixed offsets; a ranged read takes the
     pages it touches from the cache and fetches the missing ones (adjacent missing pages in
-    one ranged GET), so the cache works whatever ranges the caller asks for. Concurrent
-    reads of one missing page in this process share one request.
+    one ranged GET), so the cache works whatever ranges the caller asks for. A read of
+    parts (:meth:`get_parts_async`) takes only the parts' bytes from cached pages.
+    Concurrent reads of one missing page share one request: in this process by waiting for
+    it, across the node's processes by a claim in the cache's directory (the others wait
+    for the page in the cache, up to ``claim_wait_s``, then fetch it themselves).
 
     Everything else (whole-object reads, listings, writes) goes straight to the wrapped
     store. The store's counters count only real requests; hits and misses are counted in
@@ -40,6 +65,7 @@ class CachedStore(StoreWrapper, BlockingForms):
         objects: ``(version, size)`` per key for objects the caller knows (for example
             shard SHA-256s and sizes from a dataset index). Other objects are versioned by
             their ETag and size, from one HEAD per object and process.
+        claim_wait_s: Longest wait for a page another process is fetching.
     """
 
     def __init__(
@@ -49,15 +75,19 @@ class CachedStore(StoreWrapper, BlockingForms):
         *,
         page_bytes: int = 1 << 20,
         objects: Mapping[str, tuple[str, int]] | None = None,
+        claim_wait_s: float = CLAIM_WAIT_S,
     ) -> None:
         if page_bytes < 1:
             raise ValueError(f"page_bytes must be >= 1, got {page_bytes}")
+        if claim_wait_s < 0:
+            raise ValueError(f"claim_wait_s must be >= 0, got {claim_wait_s}")
+        self.claim_wait_s = claim_wait_s
         self.inner = store
         self.cache = cache
         self.page_bytes = page_bytes
         self._objects: dict[str, tuple[str, int]] = dict(objects or {})
         self._lock = ForkSafeLock()
-        self._in_flight: dict[str, asyncio.Future[Page]] = {}
+        self._in_flight: dict[str, asyncio.Future[Page | None]] = {}
 
     def __repr__(self) -> str:
         return f"CachedStore({self.inner!r}, {self.cache!r}, page_bytes={self.page_bytes})"
@@ -120,13 +150,55 @@ class CachedStore(StoreWrapper, BlockingForms):
 
     async def get_range_async(self, path: str, *, start: int, end: int) -> memoryview:
         version, size = await self._version(path)
-        keys = {
-            page: self._page_key(path, version, page)
-            for page in self._pages(path, start, end, size)
-        }
-        # Claim the pages no other read of this process is already getting; wait for the rest.
+        pages = self._pages(path, start, end, size)
+        got = await self._read_pages(path, version, size, dict.fromkeys(pages))
+        return self._assemble({page: got[page].whole_page() for page in pages}, start, end)
+
+    async def get_parts_async(
+        self, path: str, *, start: int, end: int, parts: Sequence[tuple[int, int]]
+    ) -> builtins.list[memoryview]:
+        """Read only ``parts`` of ``[start, end)``: from the pages in the cache, just the
+        parts' bytes (no page CRC-32: the caller checks what it reads, see
+        :meth:`DiskCache.read_spans`); missing pages whole, as :meth:`get_range_async`
+        does, and into the cache."""
+        check_parts(path, start, end, parts)
+        if not parts:
+            return []
+        version, size = await self._version(path)
+        self._pages(path, start, end, size)  # the range must be inside the object
+        spans: dict[int, Spans] = {}
+        cuts = [self._cut(part_start, part_end, spans) for part_start, part_end in parts]
+        got = await self._read_pages(
+            path, version, size, {page: merge_spans(found) for page, found in spans.items()}
+        )
+        out = []
+        for pieces in cuts:
+            if len(pieces) == 1:
+                page, a, b = pieces[0]
+                out.append(memoryview(got[page].take(a, b)))
+            else:
+                out.append(memoryview(b"".join(got[page].take(a, b) for page, a, b in pieces)))
+        return out
+
+    def _cut(self, start: int, end: int, spans: dict[int, Spans]) -> list[tuple[int, int, int]]:
+        """``[start, end)`` as (page, span start, span end) pieces, added to ``spans``."""
+        pieces = []
+        for page in range(start // self.page_bytes, (end - 1) // self.page_bytes + 1):
+            base = page * self.page_bytes
+            a, b = max(start, base) - base, min(end, base + self.page_bytes) - base
+            spans.setdefault(page, []).append((a, b))
+            pieces.append((page, a, b))
+        return pieces
+
+    async def _read_pages(
+        self, path: str, version: str, size: int, wanted: dict[int, Spans | None]
+    ) -> dict[int, PageBytes]:
+        """The pages of ``wanted``: each whole (None) or its spans. A page another read of
+        this process is getting is waited for; the rest come from the cache, or else from
+        the store (see :meth:`_fetch_missing`)."""
+        keys = {page: self._page_key(path, version, page) for page in wanted}
         owned: list[int] = []
-        waits: dict[int, asyncio.Future[Page]] = {}
+        waits: dict[int, asyncio.Future[Page | None]] = {}
         loop = asyncio.get_running_loop()
         with self._lock:
             for page, key in keys.items():
@@ -136,48 +208,186 @@ class CachedStore(StoreWrapper, BlockingForms):
                     owned.append(page)
                 else:
                     waits[page] = pending
-        pages: dict[int, Page] = {}
+        got: dict[int, PageBytes] = {}
         try:
-            hits = await asyncio.to_thread(self._get_all, [keys[p] for p in owned])
+            hits = await asyncio.to_thread(self._read_cached, keys, owned, wanted, size)
             missing = []
             for page, hit in zip(owned, hits, strict=True):
                 if hit is None:
                     missing.append(page)
                 else:
-                    pages[page] = hit
-                    self._settle(keys[page], hit, None)
-            for run_start, run_end, run in self._missing_runs(missing, size):
-                data = await self.inner.get_range_async(path, start=run_start, end=run_end)
-                fetched = self._split(data, run, run_start)
-                await asyncio.to_thread(self._put_all, path, version, fetched)
-                for page, payload in fetched.items():
-                    pages[page] = payload
-                    self._settle(keys[page], payload, None)
+                    got[page] = hit
+                    self._settle(keys[page], hit.whole)
+            if missing:
+                got.update(await self._fetch_missing(path, size, keys, missing, wanted))
         except BaseException as exc:
             for page in owned:
                 self._settle(keys[page], None, exc)
             raise
-        for page, pending in waits.items():
-            pages[page] = await pending
-        return self._assemble(pages, start, end)
+        late: dict[int, Spans | None] = {}
+        for page, pending_page in waits.items():
+            whole = await pending_page
+            if whole is None:  # in the cache now: read what this read wants of it
+                late[page] = wanted[page]
+            else:
+                got[page] = PageBytes(whole)
+        if late:
+            got.update(await self._read_pages(path, version, size, late))
+        return got
 
-    def _get_all(self, keys: list[str]) -> list[Page | None]:
-        return [self.cache.get(key) for key in keys]
+    def _read_cached(
+        self, keys: dict[int, str], pages: list[int], wanted: dict[int, Spans | None], size: int
+    ) -> list[PageBytes | None]:
+        out: list[PageBytes | None] = []
+        for page in pages:
+            spans = wanted[page]
+            if spans is None:  # the whole page, its CRC-32 checked
+                data = self.cache.get(keys[page])
+                out.append(None if data is None else PageBytes(data))
+                continue
+            length = min(self.page_bytes, size - page * self.page_bytes)
+            reads = [(a, b - a) for a, b in spans]
+            pieces = self.cache.read_spans(keys[page], reads, length=length)
+            out.append(
+                None
+                if pieces is None
+                else PageBytes(None, [(a, b, d) for (a, b), d in zip(spans, pieces, strict=True)])
+            )
+        return out
 
-    def _put_all(self, path: str, version: str, fetched: dict[int, Page]) -> None:
+    async def _fetch_missing(
+        self,
+        path: str,
+        size: int,
+        keys: dict[int, str],
+        missing: list[int],
+        wanted: dict[int, Spans | None],
+    ) -> dict[int, PageBytes]:
+        """Missing pages from the store, each fetched by one process of the node: the
+        pages this process claims (:meth:`DiskCache.claim`) it fetches; those another
+        process is fetching it waits for in the cache, polling with a growing pause, and
+        fetches itself after ``claim_wait_s`` or when that process gave up."""
+        claims, busy, ready = await asyncio.to_thread(self._claim, keys, missing)
+        try:
+            fetched, waited = await asyncio.gather(
+                self._fetch(path, size, keys, sorted(claims), claims),
+                self._wait_for_others(path, size, keys, wanted, busy, ready, claims),
+            )
+        finally:
+            for claim in claims.values():
+                claim.release()
+        return {**fetched, **waited}
+
+    def _claim(
+        self, keys: dict[int, str], pages: list[int]
+    ) -> tuple[dict[int, Claim], list[int], list[int]]:
+        """Try to claim each page: (claimed, held by another process, in the cache now)."""
+        claims: dict[int, Claim] = {}
+        busy: list[int] = []
+        ready: list[int] = []
+        for page in pages:
+            claim = self.cache.claim(keys[page])
+            if claim is None:
+                busy.append(page)
+            elif claim.exclusive and self.cache.contains(keys[page]):
+                claim.release()  # its owner stored it between our read and our claim
+                ready.append(page)
+            else:
+                claims[page] = claim
+        return claims, busy, ready
+
+    async def _wait_for_others(
+        self,
+        path: str,
+        size: int,
+        keys: dict[int, str],
+        wanted: dict[int, Spans | None],
+        busy: list[int],
+        ready: list[int],
+        claims: dict[int, Claim],
+    ) -> dict[int, PageBytes]:
+        got: dict[int, PageBytes] = {}
+        if busy:
+            self.cache.counters.add("cache.waits", len(busy))
+        deadline = time.monotonic() + self.claim_wait_s
+        pause = _FIRST_POLL_S
+        while True:
+            if ready:
+                hits = await asyncio.to_thread(self._read_cached, keys, ready, wanted, size)
+                lost = []
+                for page, hit in zip(ready, hits, strict=True):
+                    if hit is None:  # gone again (evicted, or damaged): fetch it
+                        lost.append(page)
+                    else:
+                        got[page] = hit
+                        self._settle(keys[page], hit.whole)
+                got.update(await self._fetch(path, size, keys, lost, claims))
+            if not busy:
+                return got
+            if time.monotonic() >= deadline:
+                self.cache.counters.add("cache.wait_timeouts", len(busy))
+                logger.warning(
+                    "disk cache %s: %d page(s) of %s/%s still being fetched by another "
+                    "process after %.0f s; fetching them here",
+                    self.cache.directory,
+                    len(busy),
+                    self.url,
+                    path,
+                    self.claim_wait_s,
+                )
+                got.update(await self._fetch(path, size, keys, busy, claims))
+                return got
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, _LAST_POLL_S)
+            claimed, busy, ready = await asyncio.to_thread(self._poll, keys, busy)
+            claims.update(claimed)
+            got.update(await self._fetch(path, size, keys, sorted(claimed), claims))
+
+    def _poll(
+        self, keys: dict[int, str], pages: list[int]
+    ) -> tuple[dict[int, Claim], list[int], list[int]]:
+        """Pages waited for that are in the cache now, or that this process now claims."""
+        stored = [page for page in pages if self.cache.contains(keys[page])]
+        claims, busy, ready = self._claim(keys, [p for p in pages if p not in stored])
+        return claims, busy, sorted(stored + ready)
+
+    async def _fetch(
+        self, path: str, size: int, keys: dict[int, str], pages: list[int], claims: dict[int, Claim]
+    ) -> dict[int, PageBytes]:
+        """Fetch ``pages`` whole (adjacent ones in one ranged read), store them, then
+        release their claims and hand them to this process's waiting reads."""
+        got: dict[int, PageBytes] = {}
+
+        async def fetch_run(run_start: int, run_end: int, run: list[int]) -> None:
+            data = await self.inner.get_range_async(path, start=run_start, end=run_end)
+            fetched = self._split(data, run, run_start)
+            await asyncio.to_thread(self._put_all, keys, fetched)
+            for page, payload in fetched.items():
+                claim = claims.pop(page, None)
+                if claim is not None:
+                    claim.release()
+                got[page] = PageBytes(payload)
+                self._settle(keys[page], payload)
+
+        await asyncio.gather(*(fetch_run(*run) for run in self._missing_runs(sorted(pages), size)))
+        return got
+
+    def _put_all(self, keys: dict[int, str], fetched: dict[int, Page]) -> None:
         for page, payload in fetched.items():
-            self.cache.put(self._page_key(path, version, page), payload)
+            self.cache.put(keys[page], payload)
 
-    def _settle(self, key: str, payload: Page | None, error: BaseException | None) -> None:
+    def _settle(self, key: str, whole: Page | None, error: BaseException | None = None) -> None:
+        """Hand this process's reads waiting for a page its bytes (or None: read it from
+        the cache), or the error that stopped it."""
         with self._lock:
             future = self._in_flight.pop(key, None)
         if future is None or future.done():
             return
-        if payload is not None:
-            future.set_result(payload)
-        elif error is not None:
+        if error is not None:
             future.set_exception(error)
             future.exception()  # marked retrieved: the waiter (if any) re-raises it
+        else:
+            future.set_result(whole)
 
     async def get_ranges_async(
         self, path: str, *, starts: Sequence[int], ends: Sequence[int]

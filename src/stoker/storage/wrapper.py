@@ -50,6 +50,9 @@ class StoreWrapper:
     ) -> builtins.list[memoryview]:
         return await self.inner.get_ranges_async(path, starts=starts, ends=ends)
 
+    # No get_parts_async here: BlockingForms' default reads through the wrapper's own
+    # get_range_async, so the checks of a wrapper that overrides it apply to parts too.
+
     async def head_async(self, path: str) -> ObjectMeta:
         return await self.inner.head_async(path)
 
