@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 import stoker
 
 
@@ -46,3 +48,60 @@ def test_transforms_import_as_users_write_them() -> None:
     assert {CenterCrop, Resize} <= {
         getattr(stoker.transforms, n) for n in stoker.transforms.__all__
     }
+
+
+def _run(code: str) -> str:
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return done.stdout.strip()
+
+
+def test_import_stoker_imports_no_export_until_it_is_used() -> None:
+    # Each export's module loads on first use: `import stoker` alone is the package (and
+    # the empty stoker.pack, which holds the name pack() for the function).
+    loaded = _run("import sys, stoker; print(sorted(m for m in sys.modules if 'stoker' in m))")
+    assert loaded == "['stoker', 'stoker.pack']"
+    used = "import sys, stoker; stoker.Loader; print('stoker.pack.packer' in sys.modules)"
+    assert _run(used) == "False"
+    assert _run("import sys, stoker; stoker.pack; print('stoker.pack.packer' in sys.modules)") == (
+        "True"
+    )
+
+
+def test_a_training_process_imports_no_pack_cli_or_transfer_module() -> None:
+    code = (
+        "import sys; from stoker import Loader, OrderConfig; "
+        "from stoker.transforms import RandomResizedCrop; "
+        "print(sorted(m for m in sys.modules if m.startswith(('stoker.pack.', 'stoker.cli', "
+        "'stoker.storage.transfer', 'stoker.profile', 'stoker.integrations', 'click', 'rich'))))"
+    )
+    assert _run(code) == "[]"
+
+
+def test_every_export_is_what_its_module_defines() -> None:
+    import importlib
+
+    for name in stoker.__all__:
+        where = stoker._EXPORTS[name]
+        module = importlib.import_module(where)
+        expected = module if where == f"stoker.{name}" else getattr(module, name)
+        assert getattr(stoker, name) is expected, name
+    assert set(stoker.__all__) <= set(dir(stoker))
+    assert set(stoker._EXPORTS) == set(stoker.__all__)
+
+
+def test_star_import_and_unknown_names() -> None:
+    code = "from stoker import *\nimport stoker\nprint(sorted(set(stoker.__all__) - {*globals()}))"
+    assert _run(code) == "[]"
+    with pytest.raises(AttributeError, match="no attribute 'Lodaer'"):
+        stoker.Lodaer  # noqa: B018
+    code = "try:\n    from stoker import Lodaer\nexcept ImportError as exc:\n    print(exc)"
+    assert "cannot import name 'Lodaer'" in _run(code)
+
+
+def test_pack_stays_the_function_when_its_subpackage_is_imported_first() -> None:
+    code = (
+        "import stoker.pack.tokens, stoker.pack.packer, stoker; "
+        "from stoker import pack; "
+        "print(callable(stoker.pack), pack is stoker.pack, pack.__module__)"
+    )
+    assert _run(code) == "True True stoker.pack.packer"
