@@ -1,5 +1,6 @@
-"""What a cached read holds of a page: all of its bytes, or spans of it read from the disk
-cache (:class:`~stoker.storage.cached.CachedStore`)."""
+"""Pages of an object as :class:`~stoker.storage.cached.CachedStore` reads them: what a
+read holds of a page (all of its bytes, or spans of it read from the disk cache), and the
+arithmetic of pages, runs of pages and the parts inside them."""
 
 from __future__ import annotations
 
@@ -46,3 +47,46 @@ def merge_spans(spans: Spans) -> Spans:
         else:
             merged.append((start, end))
     return merged
+
+
+def cut(
+    start: int, end: int, page_bytes: int, spans: dict[int, Spans]
+) -> list[tuple[int, int, int]]:
+    """``[start, end)`` of an object as (page, span start, span end) pieces, each span also
+    added to its page's ``spans``."""
+    pieces = []
+    for page in range(start // page_bytes, (end - 1) // page_bytes + 1):
+        base = page * page_bytes
+        a, b = max(start, base) - base, min(end, base + page_bytes) - base
+        spans.setdefault(page, []).append((a, b))
+        pieces.append((page, a, b))
+    return pieces
+
+
+def assemble(pages: dict[int, Page], start: int, end: int, page_bytes: int) -> memoryview:
+    """Bytes ``[start, end)`` of an object from the whole pages that hold them."""
+    first = min(pages) * page_bytes
+    if len(pages) == 1:  # the usual case for small reads: no join, no copy
+        return memoryview(pages[first // page_bytes])[start - first : end - first]
+    joined = b"".join(pages[p] for p in sorted(pages))
+    return memoryview(joined)[start - first : end - first]
+
+
+def page_runs(pages: list[int], size: int, page_bytes: int) -> list[tuple[int, int, list[int]]]:
+    """Sorted ``pages`` of an object of ``size`` bytes, adjacent ones together, as
+    (start, end, pages) of one ranged read each."""
+    groups: list[list[int]] = []
+    for page in pages:
+        if groups and groups[-1][-1] == page - 1:
+            groups[-1].append(page)
+        else:
+            groups.append([page])
+    return [(g[0] * page_bytes, min((g[-1] + 1) * page_bytes, size), g) for g in groups]
+
+
+def split_pages(
+    data: memoryview, pages: list[int], run_start: int, page_bytes: int
+) -> dict[int, Page]:
+    """A ranged read's bytes from ``run_start`` cut into its pages (views, not copies)."""
+    view = memoryview(data)
+    return {page: view[page * page_bytes - run_start :][:page_bytes] for page in pages}

@@ -31,7 +31,16 @@ from stoker.storage.base import (
 from stoker.storage.blocking import BlockingForms
 from stoker.storage.cache import DiskCache
 from stoker.storage.cache_claims import Claim
-from stoker.storage.cache_pages import Page, PageBytes, Spans, merge_spans
+from stoker.storage.cache_pages import (
+    Page,
+    PageBytes,
+    Spans,
+    assemble,
+    cut,
+    merge_spans,
+    page_runs,
+    split_pages,
+)
 from stoker.storage.wrapper import StoreWrapper
 
 logger = logging.getLogger(__name__)
@@ -117,32 +126,6 @@ class CachedStore(StoreWrapper, BlockingForms):
     def _page_key(self, path: str, version: str, page: int) -> str:
         return f"{self.inner.url}\0{path}\0{version}\0{self.page_bytes}\0{page}"
 
-    def _assemble(self, pages: dict[int, Page], start: int, end: int) -> memoryview:
-        first = min(pages) * self.page_bytes
-        if len(pages) == 1:  # the usual case for small reads: no join, no copy
-            return memoryview(pages[first // self.page_bytes])[start - first : end - first]
-        joined = b"".join(pages[p] for p in sorted(pages))
-        return memoryview(joined)[start - first : end - first]
-
-    def _missing_runs(self, missing: list[int], size: int) -> list[tuple[int, int, list[int]]]:
-        """Adjacent missing pages as (start, end, pages) of one ranged read each."""
-        groups: list[list[int]] = []
-        for page in missing:
-            if groups and groups[-1][-1] == page - 1:
-                groups[-1].append(page)
-            else:
-                groups.append([page])
-        return [
-            (g[0] * self.page_bytes, min((g[-1] + 1) * self.page_bytes, size), g) for g in groups
-        ]
-
-    def _split(self, data: memoryview, pages: list[int], run_start: int) -> dict[int, Page]:
-        """The run's bytes cut into pages (views, not copies)."""
-        view = memoryview(data)
-        return {
-            page: view[page * self.page_bytes - run_start :][: self.page_bytes] for page in pages
-        }
-
     # -- cached reads ----------------------------------------------------------------------
 
     async def _version(self, path: str) -> tuple[str, int]:
@@ -152,7 +135,8 @@ class CachedStore(StoreWrapper, BlockingForms):
         version, size = await self._version(path)
         pages = self._pages(path, start, end, size)
         got = await self._read_pages(path, version, size, dict.fromkeys(pages))
-        return self._assemble({page: got[page].whole_page() for page in pages}, start, end)
+        whole = {page: got[page].whole_page() for page in pages}
+        return assemble(whole, start, end, self.page_bytes)
 
     async def get_parts_async(
         self, path: str, *, start: int, end: int, parts: Sequence[tuple[int, int]]
@@ -167,7 +151,7 @@ class CachedStore(StoreWrapper, BlockingForms):
         version, size = await self._version(path)
         self._pages(path, start, end, size)  # the range must be inside the object
         spans: dict[int, Spans] = {}
-        cuts = [self._cut(part_start, part_end, spans) for part_start, part_end in parts]
+        cuts = [cut(part_start, part_end, self.page_bytes, spans) for part_start, part_end in parts]
         got = await self._read_pages(
             path, version, size, {page: merge_spans(found) for page, found in spans.items()}
         )
@@ -179,16 +163,6 @@ class CachedStore(StoreWrapper, BlockingForms):
             else:
                 out.append(memoryview(b"".join(got[page].take(a, b) for page, a, b in pieces)))
         return out
-
-    def _cut(self, start: int, end: int, spans: dict[int, Spans]) -> list[tuple[int, int, int]]:
-        """``[start, end)`` as (page, span start, span end) pieces, added to ``spans``."""
-        pieces = []
-        for page in range(start // self.page_bytes, (end - 1) // self.page_bytes + 1):
-            base = page * self.page_bytes
-            a, b = max(start, base) - base, min(end, base + self.page_bytes) - base
-            spans.setdefault(page, []).append((a, b))
-            pieces.append((page, a, b))
-        return pieces
 
     async def _read_pages(
         self, path: str, version: str, size: int, wanted: dict[int, Spans | None]
@@ -360,7 +334,7 @@ class CachedStore(StoreWrapper, BlockingForms):
 
         async def fetch_run(run_start: int, run_end: int, run: list[int]) -> None:
             data = await self.inner.get_range_async(path, start=run_start, end=run_end)
-            fetched = self._split(data, run, run_start)
+            fetched = split_pages(data, run, run_start, self.page_bytes)
             await asyncio.to_thread(self._put_all, keys, fetched)
             for page, payload in fetched.items():
                 claim = claims.pop(page, None)
@@ -369,7 +343,9 @@ class CachedStore(StoreWrapper, BlockingForms):
                 got[page] = PageBytes(payload)
                 self._settle(keys[page], payload)
 
-        await asyncio.gather(*(fetch_run(*run) for run in self._missing_runs(sorted(pages), size)))
+        await asyncio.gather(
+            *(fetch_run(*run) for run in page_runs(sorted(pages), size, self.page_bytes))
+        )
         return got
 
     def _put_all(self, keys: dict[int, str], fetched: dict[int, Page]) -> None:
