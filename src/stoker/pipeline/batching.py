@@ -6,7 +6,7 @@ batch into one slice per decode thread (or worker process) and submits them;
 undecodable sample or skipping it. Batches with a fixed output size are decoded straight
 into one preallocated ``(N, *unit, H, W, 3)`` uint8 array, recycled once nothing else
 refers to it (:class:`~stoker.pipeline.batch_arrays.BatchArrays`). Token sequences are
-stacked by :class:`TokenBatcher` instead.
+assembled by :class:`~stoker.pipeline.token_batcher.TokenBatcher` instead.
 """
 
 from __future__ import annotations
@@ -15,8 +15,7 @@ import logging
 import math
 import os
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
 
 import numpy as np
@@ -28,8 +27,10 @@ from stoker.format.spec import IMAGE_FIELD_NAMES
 from stoker.pipeline.batch_arrays import BatchArrays
 from stoker.pipeline.config import DecodeConfig
 from stoker.pipeline.fields import FieldsConfig, MissingField, collate
+from stoker.pipeline.pending import PendingBatch as PendingBatch  # re-exported
 from stoker.pipeline.sources import MixedSource, Source, WindowSource
-from stoker.pipeline.tokens import TokenConfig, TokenSource, document_boundaries
+from stoker.pipeline.token_batcher import TokenBatcher as TokenBatcher  # re-exported
+from stoker.pipeline.tokens import TokenSource
 from stoker.pipeline.workers import (
     DEFAULT_SAMPLE_BYTES,
     ProcessDecoder,
@@ -42,18 +43,6 @@ logger = logging.getLogger(__name__)
 
 #: Samples failing in a row (every one skipped) after which the loader stops with an error.
 MAX_SKIPPED_IN_A_ROW = 1000
-
-
-@dataclass(slots=True)
-class PendingBatch:
-    """A batch whose decoding was submitted."""
-
-    ids: np.ndarray
-    raw: list[dict[str, Any]]
-    out: np.ndarray | None
-    tasks: list[Future[list[tuple[int, Any]]]]
-    slot: int | None = None  # process mode: the batch's arena slot
-    process_tasks: list[int] = field(default_factory=list)
 
 
 class BatchAssembler:
@@ -116,7 +105,7 @@ class BatchAssembler:
         """The assembler of a Loader's batches over ``source``: an image through
         ``transform`` where the samples have one (:func:`stores_images`), every other
         field as ``fields`` says; over token sequences, a
-        :class:`~stoker.pipeline.tokens.TokenBatcher` (numpy stacking, no decode pool).
+        :class:`~stoker.pipeline.token_batcher.TokenBatcher` (no decode pool).
 
         Raises:
             ValueError: A transform for samples without images.
@@ -394,82 +383,6 @@ class BatchAssembler:
         if self._processes is not None:
             self._processes.close()
             self._processes = None
-
-
-class TokenBatcher:
-    """Stacks a batch's sequences into ``input_ids`` and ``labels``: the Loader's assembler
-    for token sources (it has :class:`~stoker.pipeline.batching.BatchAssembler`'s methods;
-    there is nothing to decode, so no pool).
-
-    Args:
-        config: Sequence length, output dtype, whether to add document boundaries.
-        doc_starts: Each source's document starts (see :attr:`TokenSource.doc_starts`).
-        mixed: Units carry the ``source`` they came from (a mix); batches then do too.
-        stages: Where collating is timed.
-    """
-
-    def __init__(
-        self, config: TokenConfig, *, doc_starts: list[np.ndarray], mixed: bool, stages: Stages
-    ) -> None:
-        self.config = config
-        self.doc_starts = doc_starts
-        self.mixed = mixed
-        self.stages = stages
-        self.dtype = np.dtype(config.dtype)
-        self._flat = np.zeros(0, dtype=np.int64)
-
-    def start_workers(self, *, batch_size: int, depth: int) -> None:
-        """Nothing to start: batches are stacked in the loader's thread."""
-
-    def resize(self, threads: int) -> None:
-        """No decode threads to resize."""
-
-    def close(self) -> None:
-        """Nothing to stop."""
-
-    def start(self, ids: np.ndarray, raw: list[dict[str, Any]], epoch: int) -> PendingBatch:
-        """Keep a batch's sequences until :meth:`finish` (stacking them takes microseconds)."""
-        return PendingBatch(np.asarray(ids, dtype=np.int64), raw, None, [])
-
-    def finish(self, pending: PendingBatch, skipped: list[tuple[str, str]]) -> dict[str, Any]:
-        """The batch: ``input_ids`` and ``labels`` ``(N, seq_len)``, ``index`` (sequence
-        ids, or mixed ids in a mix), ``source`` in a mix, and document boundaries when
-        asked."""
-        started = time.perf_counter()
-        raw = pending.raw
-        rows = np.stack([unit["tokens"] for unit in raw]) if raw else np.zeros((0, 2))
-        batch: dict[str, Any] = {
-            "input_ids": rows[:, :-1].astype(self.dtype),
-            "labels": rows[:, 1:].astype(self.dtype),
-            "index": pending.ids,
-        }
-        sources = (
-            np.fromiter((unit["source"] for unit in raw), dtype=np.int64, count=len(raw))
-            if self.mixed
-            else np.zeros(len(raw), dtype=np.int64)
-        )
-        if self.mixed:
-            batch["source"] = sources
-        if self.config.documents:
-            sequences = np.fromiter((u["sequence"] for u in raw), dtype=np.int64, count=len(raw))
-            batch.update(self._documents(sequences, sources))
-        self.stages.record(
-            Stage.COLLATE, time.perf_counter() - started, start_s=started, items=len(raw)
-        )
-        return batch
-
-    def _documents(self, sequences: np.ndarray, sources: np.ndarray) -> dict[str, Any]:
-        seq_len = self.config.seq_len
-        size = len(sequences) * seq_len
-        if len(self._flat) != size:  # one batch shape all epoch (a last one may differ)
-            self._flat = np.arange(size, dtype=np.int64)
-        return document_boundaries(
-            sequences * self.config.span,
-            sources,
-            self.doc_starts,
-            seq_len=seq_len,
-            flat=self._flat,
-        )
 
 
 def _token_sources(source: Source) -> list[TokenSource]:

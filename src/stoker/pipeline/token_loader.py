@@ -16,9 +16,10 @@ from typing import Any, Literal
 from stoker.pipeline.autotune import AutotuneConfig
 from stoker.pipeline.config import BLOCK_PAGE_BYTES, CacheConfig, config_or_default
 from stoker.pipeline.loader import Loader
-from stoker.pipeline.order import OrderConfig, share_length
+from stoker.pipeline.order import OrderConfig, Segment, share_length
+from stoker.pipeline.plan import EpochPlan
 from stoker.pipeline.sources import MixedSource, SourceLike, open_source
-from stoker.pipeline.tokens import TokenConfig, TokenSource, token_order
+from stoker.pipeline.tokens import TokenConfig, TokenSource, first_batch_apart, token_order
 from stoker.pipeline.world import World
 
 logger = logging.getLogger(__name__)
@@ -124,6 +125,12 @@ class TokenLoader(Loader):
                 100 * self.dropped_tokens / max(self.stream_tokens, 1),
                 self.world.world_size,
             )
+
+    def _plan(
+        self, epoch: int, position: int = 0, segments: list[Segment] | None = None
+    ) -> EpochPlan:
+        # The first batch is read on its own, ahead of the rest of its read groups.
+        return first_batch_apart(super()._plan(epoch, position, segments))
 
     @property
     def seq_len(self) -> int:
