@@ -302,7 +302,7 @@ class CachedStore(StoreWrapper, BlockingForms):
                 self.cache.counters.add("cache.wait_timeouts", len(busy))
                 logger.warning(
                     "disk cache %s: %d page(s) of %s/%s still being fetched by another "
-                    "process after %.0f s; fetching them here",
+                    "process after %.1f s; fetching them here",
                     self.cache.directory,
                     len(busy),
                     self.url,
