@@ -19,7 +19,10 @@ one whole epoch, in a process of its own (``tokens_children.py``):
 - Mosaic Streaming: ``StreamingDataset`` over the stream cut into MDS samples of 2,049
   tokens (llm-foundry's layout), in a torch DataLoader (``--mosaic-workers``); cold;
 - memmap loop: the stream in a local file, ``np.memmap``, sequences in a random order
-  stacked into batches (nanoGPT's loop), one thread: the local-disk bound;
+  stacked into batches (nanoGPT's loop), one thread: the local-disk bound. Two rows: the
+  uint16 rows with ``input_ids`` and ``labels`` as views of them (no cast), and the same
+  arrays stoker delivers, ``int64`` ``input_ids`` and ``labels`` (each one cast of the
+  stacked rows). The warm goal is against the second: the same arrays delivered;
 - the link's ceiling: the tokens/s that 1 Gbit/s carries of ``uint16`` tokens.
 
 Bytes and GETs per epoch are the proxy's own counts; CPU seconds are the method's process
@@ -183,8 +186,9 @@ class Bench:
         result["data_bytes"] = self.corpus.formats["mds"]
         return result
 
-    def memmap(self) -> dict[str, Any]:
-        result = self.child("memmap", ["memmap", str(self.corpus.stream), *self._base()])
+    def memmap(self, dtype: str = "uint16") -> dict[str, Any]:
+        command = ["memmap", str(self.corpus.stream), *self._base(), dtype]
+        result = self.child("memmap", command)
         for key in ("bytes_per_epoch", "requests_per_epoch", "server_cores", "proxy_cores"):
             result.pop(key)
         result["first_batch_s"] = None  # local disk: not a cold start from the bucket
@@ -195,12 +199,16 @@ METHODS = ["stoker", "stoker_warm", "litdata", "mosaic", "memmap"]
 
 
 def method_runs(bench: Bench, methods: list[str], args: argparse.Namespace) -> dict[str, Any]:
-    """Each row's name and how to run it: LitData once for each of its worker counts."""
+    """Each row's name and how to run it: LitData once for each of its worker counts; the
+    memmap loop as uint16 views and as int64 arrays (what stoker delivers)."""
     runs: dict[str, Any] = {}
     for method in methods:
         if method == "litdata":
             for workers in args.litdata_workers:
                 runs[f"litdata_{workers}"] = lambda w=workers: bench.litdata(w)
+        elif method == "memmap":
+            runs["memmap"] = bench.memmap
+            runs["memmap_int64"] = lambda: bench.memmap("int64")
         else:
             runs[method] = getattr(bench, method)
     return runs
