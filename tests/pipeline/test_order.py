@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from stoker.pipeline.order import (
     WINDOW_START_DIVISOR,
+    WINDOW_START_GROUPS,
     OrderConfig,
     Segment,
     assign,
@@ -185,10 +186,13 @@ def test_a_window_starts_narrow_so_the_first_batch_waits_for_few_groups() -> Non
     config = OrderConfig(block_size=5, group_blocks=4, window=16, seed=3)
     order = epoch_order(sizes, config=config, epoch=0)
     share = assign(order, rank=0, world_size=1)
-    start = -(-16 // WINDOW_START_DIVISOR)
-    # Groups are numbered in the order they are first needed: the first batch of 16
-    # samples draws from the first `start` groups (and the next, joining at 0.5).
-    assert set(range(start)) <= set(share.groups[:16].tolist()) <= set(range(start + 1))
+    start = config.window_starts
+    assert start == max(WINDOW_START_GROUPS, -(-16 // WINDOW_START_DIVISOR)) == 2
+    # Groups are numbered in the order they are first needed: a first batch of up to
+    # `start` groups' samples draws from those groups only (the groups widening the window
+    # start after them), so it waits for `start` groups.
+    assert set(share.groups[: start * 20].tolist()) == set(range(start))
+    assert set(share.groups[:16].tolist()) <= set(range(start))
     # The window widens to 16 groups: past the ramp, a batch of 64 draws from about 16.
     past_ramp = share.groups[40 * 20 : 40 * 20 + 64]
     assert len(set(past_ramp.tolist())) >= 12
@@ -211,3 +215,27 @@ def test_a_window_started_whole_mixes_the_first_batch_through_all_of_it() -> Non
     assert config.window_starts == 16
     assert OrderConfig(window=64).window_starts == 2
     assert OrderConfig(window=4, window_start=9).window_starts == 4  # at most the window
+
+
+@pytest.mark.parametrize("world_size", [1, 3])
+def test_a_first_batch_larger_than_a_group_waits_for_the_windows_start_only(
+    world_size: int,
+) -> None:
+    # Issue 23's pairs, indexed in place: 8,000 records in 27 tars, blocks of 20, read
+    # groups of 7 blocks (140 records, 15.5 MB), a window of 17 groups, batches of 256.
+    # From one starting group, the groups joining the widening window made the first batch
+    # wait for three groups (406 records, 45 MB); it now waits for the two it draws from.
+    sizes = [296] * 26 + [8000 - 296 * 26]
+    config = OrderConfig(block_size=20, group_blocks=7, window=17, seed=0)
+    assert config.window_starts == 2
+    order = epoch_order(sizes, config=config, epoch=0)
+    for rank in range(world_size):
+        share = assign(order, rank=rank, world_size=world_size)
+        first_two = int(np.isin(share.groups, [0, 1]).sum())  # a rank's piece may cut one
+        assert set(share.groups[:first_two].tolist()) == {0, 1}
+        if world_size == 1:
+            assert 256 <= first_two <= 280  # two groups (a shard's last block is short)
+            assert set(share.groups[:256].tolist()) == {0, 1}  # the first batch: 2 groups
+    # The window still mixes: past its start, a batch of 256 draws from many groups.
+    share = assign(order, rank=0, world_size=1)
+    assert len(set(share.groups[2000:2256].tolist())) >= 10

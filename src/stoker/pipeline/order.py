@@ -17,8 +17,9 @@ class: then each rank also mixes its piece of the stream through a sliding *wind
 rank's stream ``window`` groups long, so a batch draws from about ``window`` groups at once
 while each block is still read once, whole, and held only while its samples are being
 delivered. Like a shuffle buffer that starts delivering early, the window starts small
-(the first batch draws from ``window / WINDOW_START_DIVISOR`` groups, so it waits for those
-only) and widens by half a group with each group until it holds ``window``.
+(the first batch draws from ``max(WINDOW_START_GROUPS, window / WINDOW_START_DIVISOR)``
+groups, so it waits for those only: the groups after them start once they are delivered)
+and widens by half a group with each group until it holds ``window``.
 ``mode="random"`` is a full permutation (one request per sample); ``mode="none"`` keeps the
 packed order.
 
@@ -54,6 +55,9 @@ DEFAULT_GROUP_BLOCKS = 16
 #: (about 8 MB of a 256 MB window, plus the groups the first batch spans as the window
 #: widens: 46 MB for batches of 256 samples of 100 kB, where the whole window was 268 MB).
 WINDOW_START_DIVISOR = 32
+#: ... but at least this many (a group is ~16 MB, a batch of 256 photos 28 MB: from one
+#: group, the groups joining the window made it wait for three, 45 MB; now for two).
+WINDOW_START_GROUPS = 2
 #: Groups it takes the window to widen by one (each new group widens it by the inverse):
 #: while it widens, the store delivers ``1 + 1 / WINDOW_GROWTH_GROUPS`` groups per group
 #: consumed.
@@ -83,9 +87,8 @@ class OrderConfig:
             :data:`~stoker.pipeline.plan.WINDOW_TARGET_BYTES`.
         window_start: Read groups the window starts with: the first batch waits for these
             to be read and draws from them; the window then widens to ``window``. Unset:
-            ``ceil(window / WINDOW_START_DIVISOR)``, a first batch soon; ``window_start =
-            window`` reads the whole window first and mixes the first batches as well as
-            the rest.
+            :func:`default_window_start`, a first batch soon; ``window_start = window``
+            reads the whole window first and mixes the first batches as well as the rest.
     """
 
     mode: ShuffleMode = "blocks"
@@ -127,10 +130,10 @@ class OrderConfig:
     @property
     def window_starts(self) -> int:
         """Read groups the window starts with: ``window_start`` (at most the window), or
-        ``ceil(window / WINDOW_START_DIVISOR)`` when unset."""
+        :func:`default_window_start` when unset."""
         windows = self.windows
         if self.window_start is None:
-            return max(1, -(-windows // WINDOW_START_DIVISOR))
+            return default_window_start(windows)
         return min(self.window_start, windows)
 
     @property
@@ -142,6 +145,13 @@ class OrderConfig:
     def seed_value(self) -> int:
         """``seed``, or 0 when unset."""
         return 0 if self.seed is None else self.seed
+
+
+def default_window_start(window: int) -> int:
+    """Read groups a window of ``window`` starts with when ``window_start`` is unset:
+    ``ceil(window / WINDOW_START_DIVISOR)``, at least :data:`WINDOW_START_GROUPS`, at most
+    the window."""
+    return min(window, max(WINDOW_START_GROUPS, -(-window // WINDOW_START_DIVISOR)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,7 +318,7 @@ def assign(
     groups -= groups[0] if real else 0
     if order.window > 1 and real:
         seed = [*order.seed, first, real, world_size, total]
-        start = order.window_start or max(1, -(-order.window // WINDOW_START_DIVISOR))
+        start = order.window_start or default_window_start(order.window)
         rng = np.random.default_rng(seed)
         mine, groups = _mix_window(mine, groups, order.window, rng, start=min(start, order.window))
     if drop_last:
@@ -328,13 +338,14 @@ def _mix_window(
     """Mix a rank's piece through a sliding window of up to ``window`` read groups.
 
     Group ``g`` (numbered along the piece) spreads its samples uniformly over a stretch of a
-    time line that ends at ``g + 1`` and is ``width(g)`` long, and the piece is sorted by
-    time. The first ``start`` groups (:attr:`OrderConfig.window_starts`) all spread over
-    ``[0, start)`` (a small shuffle buffer filling); later stretches widen by
-    ``1 / WINDOW_GROWTH_GROUPS`` per group up to ``window``. At any point about
-    ``width`` groups are being delivered, so a batch draws from that many; a group is first
-    needed at its stretch's start and done at its end, so the first batch waits for
-    ``start`` groups, not ``window``.
+    time line that ends at ``g + 1`` and is up to ``width(g)`` long, and the piece is
+    sorted by time. The first ``start`` groups (:attr:`OrderConfig.window_starts`) all
+    spread over ``[0, start)`` (a small shuffle buffer filling); later stretches widen by
+    ``1 / WINDOW_GROWTH_GROUPS`` per group up to ``window``, but none starts before
+    ``start``. At any point about ``width`` groups are being delivered, so a batch draws
+    from that many; a group is first needed at its stretch's start and done at its end, so
+    a first batch of at most ``start`` groups' samples waits for those ``start`` groups,
+    not ``window`` (nor the groups widening the window after them).
     """
     count = int(groups[-1]) + 1
     jitter = rng.random(len(samples))
@@ -344,7 +355,8 @@ def _mix_window(
         g = groups.astype(np.float64)
         width = np.minimum(window, start + np.maximum(0.0, g + 1 - start) / WINDOW_GROWTH_GROUPS)
         end = np.maximum(g + 1, start)
-        time = end - width + jitter * width
+        begin = np.where(g < start, 0.0, np.maximum(start, end - width))
+        time = begin + jitter * (end - begin)
     by_time = np.argsort(time, kind="stable")
     mixed, groups = samples[by_time], groups[by_time]
     # Renumber the groups in the order they are first needed.
