@@ -27,10 +27,17 @@ The methods, each cold (no cache), every field of every sample decoded:
   disk, which show what it does when the link does not bound it.
 
 Every method runs ``--repeats`` times, interleaved (reversed every other round), and the
-table shows medians. Bytes and requests per epoch are the proxy's own counts against the
-bytes of what the method reads (the tars, or the packed shards). The output ends with issue
-23's acceptance checks, and the link's ceiling for each set: a loader that streams the
-data in its timed epoch cannot feed more samples/s.
+table shows medians. Before each method the harness lets the machine settle (the data it
+wrote flushed to disk once; then until the cores are idle and the server quiet, within
+``--settle-s``), and every interpreter it starts (stoker's children, the DataLoader's
+workers) uses bytecode compiled once into benchmarks/out/pycache by one untimed import of
+each method's modules, as an installed package has it: a first batch counted from a
+process's start then counts the imports a user's process makes, not compiling stale
+sources (``PYTHONDONTWRITEBYTECODE``) or another job's load. Bytes and requests per epoch
+are the proxy's own counts against the bytes of what the method reads (the tars, or the
+packed shards). The output ends with issue 23's acceptance checks, and the link's ceiling
+for each set: a loader that streams the data in its timed epoch cannot feed more
+samples/s.
 
     pip install -e '.[bench]'
     python benchmarks/records.py            # 8,000 pairs, 10,000 arrays, 3 rounds: ~6 min
@@ -70,6 +77,42 @@ from stoker.testing.netproxy import LinkConfig, NetProxy
 from stoker.testing.seaweed import ACCESS_KEY, REGION, SECRET_KEY, SeaweedServer
 
 CHILD = Path(__file__).resolve().parent / "records_children.py"
+#: Compiled bytecode for every interpreter the benchmark starts (PYTHONPYCACHEPREFIX).
+PYCACHE = OUT / "pycache"
+#: The machine counts as settled when its cores are this busy at most (share of all).
+SETTLED_BUSY = 0.10
+
+
+def _busy_ticks() -> tuple[int, int]:
+    """(busy, total) CPU ticks of the whole machine so far, from /proc/stat."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def settle(server_pid: int | None, timeout_s: float) -> dict[str, float]:
+    """Wait until the machine is quiet: its cores at most SETTLED_BUSY busy and the server
+    idle over 0.25 s, twice in a row (or ``timeout_s`` passed). Returns the wait and the
+    last busy share seen."""
+    started = time.perf_counter()
+    quiet, busy = 0, 1.0
+    while quiet < 2 and time.perf_counter() - started < timeout_s:
+        before, server_before = _busy_ticks(), cpu_seconds(server_pid) if server_pid else 0.0
+        time.sleep(0.25)
+        after, server_after = _busy_ticks(), cpu_seconds(server_pid) if server_pid else 0.0
+        busy = (after[0] - before[0]) / max(1, after[1] - before[1])
+        server_quiet = server_after - server_before < 0.02
+        quiet = quiet + 1 if busy <= SETTLED_BUSY and server_quiet else 0
+    return {"settle_s": time.perf_counter() - started, "busy_before": busy}
+
+
+def compiled_interpreters() -> None:
+    """Every interpreter started from now on reads (and writes) its bytecode in PYCACHE;
+    one untimed import of each method's modules compiles it there."""
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    os.environ["PYTHONPYCACHEPREFIX"] = str(PYCACHE)
+    for command in ([str(CHILD), "--warm"], [str(Path(__file__).resolve()), "--warm"]):
+        subprocess.run([sys.executable, *command], check=True, capture_output=True)
 
 
 class WdsRecords:
@@ -131,8 +174,10 @@ class Bench:
             raise RuntimeError(f"stoker failed on {url}:\n{done.stderr[-4000:]}")
         result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
         result["first_batch_s"] = result.pop("first_batch_at") - started
-        result["import_s"] = result.pop("imported_at") - started
-        result["open_s"] = result.pop("opened_at") - started - result["import_s"]
+        result["start_s"] = result["started_at"] - started  # the interpreter's own start
+        result["import_s"] = result.pop("imported_at") - result.pop("started_at")
+        result["open_s"] = result.pop("opened_at") - started - result["start_s"]
+        result["open_s"] -= result["import_s"]
         result["server_cores"] = (cpu_seconds(self.server.pid) - server_cpu) / wall
         result["proxy_cores"] = (cpu_seconds(None) - harness_cpu) / wall
         return result
@@ -230,7 +275,9 @@ def run_rounds(bench: Bench, methods: list[str], repeats: int) -> dict[str, Any]
     runs: dict[str, list[dict[str, Any]]] = {m: [] for m in methods}
     for round_ in range(repeats):
         for method in methods if round_ % 2 == 0 else methods[::-1]:
+            settled = settle(bench.server.pid, bench.args.settle_s)
             result = getattr(bench, method)()
+            result.update(settled)
             runs[method].append(result)
             print(
                 f"round {round_ + 1}: {method} {result['samples_per_s']:,.0f} samples/s",
@@ -250,11 +297,20 @@ def main() -> int:
     parser.add_argument("--pairs", type=int, default=8000, help="image-caption-JSON records")
     parser.add_argument("--arrays", type=int, default=10_000, help="npy records of 40 kB")
     parser.add_argument("--parts", default="pairs,arrays")
+    parser.add_argument(
+        "--methods", default="", help="only these methods (comma-separated; a smoke run)"
+    )
     parser.add_argument("--repeats", type=int, default=3, help="rounds, interleaved")
     parser.add_argument("--rtt-ms", type=float, default=20.0)
     parser.add_argument("--gbit", type=float, default=1.0, help="the proxy's link, Gbit/s")
     parser.add_argument("--quick", action="store_true", help="1,500 pairs, 2,000 arrays, one round")
+    parser.add_argument(
+        "--settle-s", type=float, default=20.0, help="most seconds to wait for a quiet machine"
+    )
+    parser.add_argument("--warm", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.warm:  # compiled_interpreters(): this module's imports are the workers' too
+        return 0
     if args.quick:
         args.pairs, args.arrays, args.repeats = 1500, 2000, 1
     parts = args.parts.split(",")
@@ -283,7 +339,11 @@ def main() -> int:
                 }
             if "arrays" in parts:
                 bench.in_ram = in_ram_members(bench.sets["arrays"].local)
+            os.sync()  # what prepare wrote goes to disk now, not during a timed run
+            compiled_interpreters()
             methods = [m for part in parts for m in METHODS[part]]
+            if args.methods:
+                methods = [m for m in methods if m in args.methods.split(",")]
             for method, result in run_rounds(bench, methods, args.repeats).items():
                 results[method.partition("_")[0]][method] = result
     results["machine"]["load_after"] = os.getloadavg()

@@ -7,7 +7,7 @@ import os
 from typing import Any
 
 from loader_report import epoch_cells
-from stoker.pipeline.order import WINDOW_START_DIVISOR
+from stoker.pipeline.order import default_window_start
 
 NAMES = {
     "pairs_stoker": "stoker on the tars indexed in place, RandomResizedCrop(224), every field",
@@ -26,6 +26,8 @@ VS_WEBDATASET = 1.5
 VS_NUMPY = 0.8
 MAX_BYTES_RATIO = 1.02
 MAX_FIRST_BATCH_S = 1.0
+#: records.py's SETTLED_BUSY (not imported: records.py imports this module).
+SETTLED = 0.10
 
 
 def _row(part: str, r: dict[str, Any], method: str) -> str:
@@ -126,13 +128,15 @@ def _extras(part: str, r: dict[str, Any], args: argparse.Namespace) -> list[str]
             if name in ("index", "fetch", "decode", "collate", "wait.fetch", "wait.decode")
         )
         lines.append(f"| {part} | stoker on {how}: stage seconds (first round) | {stages} |")
-        first = s["first_batch_s"] - s["import_s"] - s["open_s"]
+        start = s.get("start_s", 0.0)
+        first = s["first_batch_s"] - start - s["import_s"] - s["open_s"]
         group_mb = s["block_size"] * s["group_blocks"] * kb / 1e3
-        first_groups = -(-s["window"] // WINDOW_START_DIVISOR)  # the order's narrow start
+        first_groups = default_window_start(s["window"])  # the order's narrow start
         lines.append(
-            f"| {part} | stoker on {how}: first batch s = imports + Loader open + first "
-            f"batch; the order's blocks, read groups and window | {s['import_s']:.2f} + "
-            f"{s['open_s']:.2f} + {first:.2f}; {s['block_size']} records a block, "
+            f"| {part} | stoker on {how}: first batch s = interpreter start + imports + "
+            f"Loader open + first batch; the order's blocks, read groups and window | "
+            f"{start:.2f} + {s['import_s']:.2f} + {s['open_s']:.2f} + {first:.2f}; "
+            f"{s['block_size']} records a block, "
             f"{s['group_blocks']} blocks a group ({group_mb:.1f} MB), a window of "
             f"{s['window']} groups starting at {first_groups} "
             f"(~{min(first_groups * group_mb, s['data_bytes'] / 1e6):.0f} MB read before "
@@ -153,6 +157,19 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> tuple[str, list
     before = ", ".join(f"{x:.2f}" for x in machine["load_before"])
     after = ", ".join(f"{x:.2f}" for x in machine["load_after"])
     parts = [p for p in ("pairs", "arrays") if p in results]
+    waits = [
+        (row["settle_s"], row["busy_before"])
+        for part in parts
+        for row in results[part].values()
+        if isinstance(row, dict) and "settle_s" in row
+    ]
+    settled = (
+        f"waits of {min(w for w, _ in waits):.1f}-{max(w for w, _ in waits):.1f} s; the "
+        f"cores were {min(b for _, b in waits):.0%}-{max(b for _, b in waits):.0%} busy "
+        "as the methods started"
+        if waits
+        else "not recorded"
+    )
     lines = [
         f"# Records benchmark: batches of 256, {args.rtt_ms:g} ms RTT, {args.gbit:g} Gbit/s, "
         f"{os.cpu_count()} CPUs, cold, median of {args.repeats} interleaved rounds",
@@ -161,7 +178,13 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> tuple[str, list
         "requests against the bytes the method reads: the tars (the same objects for both "
         "loaders, indexed in place), or stoker's packed shards. First batch: after process "
         "start for stoker, after iter() for WebDataset. "
-        "CPU ms per sample: the method's own process over its timed epoch.",
+        "CPU ms per sample: the method's own process over its timed epoch. Before each "
+        "method the harness waits for the machine to settle (cores at most "
+        f"{SETTLED:.0%} busy and the server idle, within --settle-s; the written data "
+        "synced once before the first); every interpreter it starts (stoker's children, the "
+        "DataLoader's workers) reads bytecode compiled once by an untimed import of its "
+        "modules, as an installed package has it. "
+        f"Settled before the methods: {settled}.",
         "",
         "| set | method | samples | samples/s | vs baseline | first batch s "
         "| MB read per epoch | x the tars | requests per epoch | peak RSS MB "
