@@ -226,6 +226,8 @@ class DiskCache:
         Raises:
             ValueError: A span is not inside the entry's payload.
         """
+        if any(offset < 0 or want < 0 for offset, want in spans):
+            raise ValueError(f"disk cache {self.directory}: negative span in {spans}")
         folder, name = self._files.locate(key)
         found = self._files.read_at(
             folder,
@@ -245,7 +247,7 @@ class DiskCache:
             self.counters.add("cache.misses")
             return None
         for (offset, want), piece in zip(spans, pieces, strict=True):
-            if offset < 0 or want < 0 or offset + want > stored or len(piece) != want:
+            if offset + want > stored or len(piece) != want:
                 raise ValueError(
                     f"disk cache {self.directory}: span ({offset}, {want}) is not inside "
                     f"entry {name} ({stored} bytes)"
