@@ -93,6 +93,20 @@ def test_a_flipped_byte_names_the_shard_and_document(tmp_path: Path) -> None:
     assert not open_dataset(tmp_path).verify().ok
 
 
+def test_a_read_that_cuts_a_document_checks_all_of_it(tmp_path: Path) -> None:
+    docs = [np.arange(2, 402), np.arange(2, 302), np.arange(2, 202)]
+    _write(tmp_path, docs, dtype=np.dtype("uint16"))
+    shard = tmp_path / "shard-000000.tar"
+    data = bytearray(shard.read_bytes())
+    data[int(open_dataset(tmp_path).index.offset[1]) + 2 * 250] ^= 1  # doc0001, token 250
+    shard.write_bytes(bytes(data))
+    reader = TokenReader(open_dataset(tmp_path))
+    assert np.array_equal(reader.read(10, 390), docs[0][10:390])  # inside doc0000: fine
+    # Tokens 390-460 cut doc0000 and doc0001, neither whole in them, nor the flip: refused.
+    with pytest.raises(CorruptShardError, match=r"document 'doc0001'"):
+        reader.read(390, 460)
+
+
 def test_a_manifest_whose_token_counts_disagree_is_refused(tmp_path: Path) -> None:
     _write(tmp_path, _documents(5), dtype=np.dtype("uint16"))
     manifest = json.loads((tmp_path / "index.json").read_text())
