@@ -35,7 +35,6 @@ from stoker.errors import BucketNotFoundError
 from stoker.format.reader import ShardDataset, open_dataset
 from stoker.format.sidetable import SideTable, open_side_table
 from stoker.pipeline.config import CacheConfig, SourceConfig
-from stoker.pipeline.folder import open_folder
 from stoker.pipeline.mixing import MixConfig, MixedOrder, mixed_epoch_order, source_counts
 from stoker.pipeline.order import EpochOrder, OrderConfig, epoch_order
 from stoker.pipeline.plan import block_size_for
@@ -435,6 +434,8 @@ def open_source(
         except BucketNotFoundError:
             raise
         except FileNotFoundError:  # no index: an image folder, or neither (said so)
+            from stoker.pipeline.folder import open_folder  # only for unpacked folders
+
             return open_folder(
                 str(location), storage_options=storage_options, cache=cache, page_bytes=page_bytes
             )
