@@ -7,6 +7,7 @@ import os
 from typing import Any
 
 from loader_report import epoch_cells
+from loader_sets import BATCH
 from stoker.pipeline.order import default_window_start
 
 NAMES = {
@@ -131,14 +132,16 @@ def _extras(part: str, r: dict[str, Any], args: argparse.Namespace) -> list[str]
         start = s.get("start_s", 0.0)
         first = s["first_batch_s"] - start - s["import_s"] - s["open_s"]
         group_mb = s["block_size"] * s["group_blocks"] * kb / 1e3
-        first_groups = default_window_start(s["window"])  # the order's narrow start
+        # The window's narrow start, or the groups a first batch spans if more.
+        group_records = s["block_size"] * s["group_blocks"]
+        first_groups = max(default_window_start(s["window"]), -(-BATCH // group_records))
         lines.append(
             f"| {part} | stoker on {how}: first batch s = interpreter start + imports + "
             f"Loader open + first batch; the order's blocks, read groups and window | "
             f"{start:.2f} + {s['import_s']:.2f} + {s['open_s']:.2f} + {first:.2f}; "
             f"{s['block_size']} records a block, "
             f"{s['group_blocks']} blocks a group ({group_mb:.1f} MB), a window of "
-            f"{s['window']} groups starting at {first_groups} "
+            f"{s['window']} groups; {first_groups} groups "
             f"(~{min(first_groups * group_mb, s['data_bytes'] / 1e6):.0f} MB read before "
             "the first batch) |"
         )
