@@ -496,13 +496,18 @@ def test_until_the_first_batch_is_out_only_its_chunks_are_fetched(
 
     with Loader(dataset_url, batch_size=8, order=order, prefetch=4) as loader:
         loader.read_ahead = False  # count this epoch's fetches only, not the next one's
+        loader.trace()
         plan = loader._plan(0)
         needed = chunks_covering(plan.chunks, plan.batches[plan.mine[0]])
         assert needed < len(plan.chunks)
         batches = iter(loader)
         next(batches)
         time.sleep(0.2)  # anything submitted before the first batch was out completes
-        assert loader.stats().stages["fetch"].calls == needed
+        events = loader.events()
+        made = next(e for e in events if e.stage == "collate")  # the first batch, assembled
+        fetches = [e for e in events if e.stage == "fetch"]
+        assert len([e for e in fetches if e.start_s < made.start_s]) == needed
+        assert len(fetches) > needed  # and then the next ones, before it was handed over
         rest = sum(len(batch["key"]) for batch in batches)
         assert loader.stats().stages["fetch"].calls == len(plan.chunks)
     assert rest == 103 - 8

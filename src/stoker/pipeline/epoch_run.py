@@ -55,16 +55,17 @@ class EpochRun:
     def fill(self, batches: Batcher, depth: int) -> None:
         """Start decoding the next batches, up to ``depth`` decoding; wait for a batch's
         samples only when nothing is decoding (else that is delivered first)."""
+        self.stream.top_up()  # reads go on while the decodes are full
         while self.pending and len(self.decodes) < depth:
-            ids = self.plan.batches[self.pending[0]]
-            self.stream.top_up()
-            if not self.stream.ready(ids):
+            number = self.pending[0]
+            ids = self.plan.batches[number]
+            if not self.stream.batch_ready(number):
                 if self.decodes:
                     break  # a batch is decoding: deliver it rather than wait here
                 self.stream.wait(ids)
-            self.stream.top_up()
             started = batches.start(ids, self.stream.take(ids), self.epoch)
             self.decodes.append((self.pending.popleft(), started))
+            self.stream.top_up()  # taking them made room
 
     def start_ready(self, batches: Batcher, room: int) -> None:
         """Start decoding the next batches whose samples are in, at most ``room`` in all
@@ -73,11 +74,13 @@ class EpochRun:
             return
         self.stream.top_up()
         while self.pending and len(self.decodes) < room:
-            ids = self.plan.batches[self.pending[0]]
-            if not self.stream.ready(ids):
+            number = self.pending[0]
+            if not self.stream.batch_ready(number):
                 return
+            ids = self.plan.batches[number]
             started = batches.start(ids, self.stream.take(ids), self.epoch)
             self.decodes.append((self.pending.popleft(), started))
+            self.stream.top_up()
 
     def drop(self, batches: Batcher) -> None:
         """Let go of a run nobody will deliver: its decodes finish unseen (a worker

@@ -26,7 +26,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any, Literal
 
 from stoker.core.checks import check_bool
-from stoker.core.metrics import Stage, Stages, StageTotals, TraceEvent, merge_snapshots
+from stoker.core.metrics import Stage, Stages, StageTotals, TraceEvent
 from stoker.pipeline.autotune import AutotuneConfig, Autotuner, default_threads
 from stoker.pipeline.batching import BatchAssembler
 from stoker.pipeline.config import (
@@ -296,23 +296,16 @@ class Loader:
 
     def stats(self) -> LoaderStats:
         """A snapshot of the loader's counters."""
-        snapshot = LoaderStats(**{k: getattr(self._stats, k) for k in LoaderStats.__slots__})
-        snapshot.skipped = list(self._stats.skipped)
-        snapshot.stages = self.stages.snapshot()
-        snapshot.epoch_samples = samples_per_epoch(
-            self._order(), world=self.world, batch_size=self.batch_size, drop_last=self.drop_last
+        cache, size = self._prefetcher.cache, self.batch_size
+        return self._stats.snapshot(
+            stages=self.stages.snapshot(),
+            epoch_samples=samples_per_epoch(
+                self._order(), world=self.world, batch_size=size, drop_last=self.drop_last
+            ),
+            settings=(self.num_threads, self.prefetch, self._tuner.state),
+            stores=[dataset.store for dataset in self.source.datasets],
+            memory_cache_hits=cache.hits if cache is not None else 0,
         )
-        snapshot.threads, snapshot.prefetch = self.num_threads, self.prefetch
-        snapshot.autotune = self._tuner.state
-        snapshot.requests = merge_snapshots(
-            d.store.counters.snapshot() for d in self.source.datasets
-        )
-        cache = self._prefetcher.cache
-        snapshot.memory_cache_hits = cache.hits if cache is not None else 0
-        disk = self.dataset.store.cache  # one disk cache for all datasets
-        if disk is not None:
-            snapshot.disk_cache = disk.counters.snapshot()
-        return snapshot
 
     # -- iterate: plan -> prefetch -> decode -> deliver --------------------------------------
 
@@ -320,7 +313,9 @@ class Loader:
         fresh = self._position == 0 and not self._segments  # the epoch from its start
         run = taken_over(self._next, epoch=self.epoch, fresh=fresh, batches=self._batches)
         self._next = None
-        if run is None:
+        if run is not None:  # read ahead: no cold first batch to keep the link free for,
+            run.stream.delivering = True  # so its next read groups are fetched from now on
+        else:
             plan = self._plan(self.epoch, self._position, self._segments)
             self._batches.start_workers(batch_size=self.batch_size, depth=self._decode_depth)
             stream = self._prefetcher.open(self.epoch, plan, on_drained=self._read_ahead)
@@ -338,6 +333,8 @@ class Loader:
             batch = self._batches.finish(pending_batch, self._stats.skipped)
             now = self._delivered(number, batch, resumed)
             run.stream.delivering = True
+            # Keep the decode threads busy while the caller steps: start what is in now.
+            run.start_ready(self._batches, self._decode_depth)
             if not run.pending and self._next is not None:  # decode the next epoch's start
                 self._next.start_ready(self._batches, self._decode_depth - len(run.decodes))
             yield batch

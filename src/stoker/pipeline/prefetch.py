@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -116,14 +116,16 @@ class Prefetcher:
         started = time.perf_counter()
         nbytes = 0
         found: Fetched = {}
-        missing = []
-        for i in (int(x) for x in ids):
-            cached = self.cache.get(i) if self.cache else None
-            if cached is not None:
-                found[i] = cached
-            elif i not in found:
-                missing.append(i)
-        unique = list(dict.fromkeys(missing))
+        unique = list(dict.fromkeys(ids.tolist()))
+        if self.cache is not None:
+            missing = []
+            for i in unique:
+                cached = self.cache.get(i)
+                if cached is not None:
+                    found[i] = cached
+                else:
+                    missing.append(i)
+            unique = missing
         if unique:
             for i, sample in zip(unique, await self.source.read_async(unique), strict=True):
                 found[i] = sample
@@ -149,6 +151,10 @@ class FetchStream:
     what is held, not only what is in flight: samples fetched and not yet delivered count
     against it too, so a store faster than decoding (a local disk) does not fill memory
     with the rest of the epoch.
+
+    Chunks are collected in the order they were submitted, so whether a batch's samples
+    are in is one comparison (:meth:`batch_ready`): the chunks collected against the
+    chunks it needs, counted once when the stream opens.
     """
 
     def __init__(
@@ -162,16 +168,20 @@ class FetchStream:
     ) -> None:
         self._prefetcher = prefetcher
         self._chunks = plan.chunks
+        self._sizes = [len(chunk) for chunk in plan.chunks]
         self._fetches: deque[Future[Fetched]] = deque(started)
         self._next = len(started)
-        self._chunk_samples = max((len(chunk) for chunk in plan.chunks), default=1)
+        self._in_flight = sum(self._sizes[: self._next])  # samples submitted, not collected
+        self._collected = 0  # chunks collected (in submission order: the first ones)
+        self._chunk_samples = max(self._sizes, default=1)
         self._hold = max(1, hold)
         self._fetched: Fetched = {}
         self._on_drained = on_drained
-        wanted = plan.wanted()
-        # Padding can repeat a sample: keep it until its last use in this stream.
-        self._uses = Counter(int(i) for ids in wanted for i in ids)
-        self._first_need = chunks_covering(plan.chunks, wanted[0]) if wanted else 0
+        # Chunks each of this worker's batches needs; samples used more than once
+        # (padding repeats some): each is kept until its last use in this stream.
+        self._needs, self._repeats = _needs_and_repeats(plan)
+        wanted = plan.mine
+        self._first_need = self._needs.get(wanted[0], len(self._chunks)) if wanted else 0
         self.depth = 1
         self.delivering = False  # set once the first batch is out: then fetch `depth` ahead
 
@@ -179,6 +189,8 @@ class FetchStream:
         """Submit chunks until ``depth`` are in flight; until the first batch is out, only
         the chunks it needs (more would share the link, and the cores that receive, with
         them and then with its decoding)."""
+        if self._next == len(self._chunks) and self._on_drained is None:
+            return  # every chunk submitted
         if self.delivering:
             limit, end = self.depth, len(self._chunks)
         else:
@@ -187,30 +199,39 @@ class FetchStream:
         while (
             self._next < end
             and len(self._fetches) < limit
-            and self._in_flight() + len(self._fetched) + len(self._chunks[self._next]) <= room
+            and self._in_flight + len(self._fetched) + self._sizes[self._next] <= room
         ):
             self._submit_next()
         if self._next == len(self._chunks) and len(self._fetches) < limit and self._on_drained:
             callback, self._on_drained = self._on_drained, None
             callback()
 
-    def _in_flight(self) -> int:
-        """Samples of the chunks submitted and not yet collected (the last ones submitted)."""
-        return sum(len(c) for c in self._chunks[self._next - len(self._fetches) : self._next])
-
     def _submit_next(self) -> None:
         self._fetches.append(self._prefetcher.submit(self._chunks[self._next]))
+        self._in_flight += self._sizes[self._next]
         self._next += 1
 
     def _collect(self) -> None:
         """Move the oldest fetch's samples into the fetched ones (waits if it is running)."""
         self._fetched.update(self._fetches.popleft().result())
+        self._in_flight -= self._sizes[self._collected]
+        self._collected += 1
+
+    def _collect_done(self) -> None:
+        while self._fetches and self._fetches[0].done():
+            self._collect()
+
+    def batch_ready(self, number: int) -> bool:
+        """Whether every sample of this worker's batch ``number`` is in (collects finished
+        fetches; never blocks)."""
+        self._collect_done()
+        return self._collected >= self._needs[number]
 
     def ready(self, ids: np.ndarray) -> bool:
         """Whether every sample of ``ids`` is in (collects finished fetches; never blocks)."""
-        while self._fetches and self._fetches[0].done():
-            self._collect()
-        return all(int(i) in self._fetched for i in ids)
+        self._collect_done()
+        fetched = self._fetched
+        return all(i in fetched for i in ids.tolist())
 
     def wait(self, ids: np.ndarray) -> None:
         """Block until every sample of ``ids`` is in, timed as :attr:`Stage.WAIT_FETCH`."""
@@ -225,11 +246,43 @@ class FetchStream:
 
     def take(self, ids: np.ndarray) -> list[dict[str, Any]]:
         """The fetched samples of ``ids``, letting go of each after its last use."""
-        fetched = self._fetched
-        raw = [fetched[int(i)] for i in ids]
-        for i in ids:
-            key = int(i)
-            self._uses[key] -= 1
-            if self._uses[key] == 0:
+        fetched, repeats = self._fetched, self._repeats
+        keys = ids.tolist()
+        raw = [fetched[key] for key in keys]
+        for key in keys:
+            left = repeats.get(key)
+            if left is None:
                 del fetched[key]
+            elif left > 1:
+                repeats[key] = left - 1
+            else:
+                del repeats[key], fetched[key]
         return raw
+
+
+def _needs_and_repeats(plan: EpochPlan) -> tuple[dict[int, int], dict[int, int]]:
+    """For each of the worker's batches (by number), the count of leading chunks that hold
+    all its samples; and the samples its batches use more than once, with their uses."""
+    wanted = plan.wanted()
+    if not wanted:
+        return {}, {}
+    never = len(plan.chunks) + 1  # a sample in no chunk: `wait` says so
+    if plan.chunks:
+        ids = np.concatenate(plan.chunks).astype(np.int64, copy=False)
+        chunk_of = np.repeat(np.arange(len(plan.chunks)), [len(c) for c in plan.chunks])
+        unique, first = np.unique(ids, return_index=True)
+        first_chunk = chunk_of[first]
+    else:
+        unique = first_chunk = np.zeros(0, dtype=np.int64)
+    needs = {}
+    for number, batch in zip(plan.mine, wanted, strict=True):
+        batch = np.asarray(batch, dtype=np.int64)
+        if not len(batch):
+            needs[number] = 0
+            continue
+        at = np.minimum(np.searchsorted(unique, batch), max(len(unique) - 1, 0))
+        known = len(unique) > 0 and bool((unique[at] == batch).all())
+        needs[number] = int(first_chunk[at].max()) + 1 if known else never
+    used, uses = np.unique(np.concatenate(wanted).astype(np.int64, copy=False), return_counts=True)
+    repeated = uses > 1
+    return needs, dict(zip(used[repeated].tolist(), uses[repeated].tolist(), strict=True))

@@ -6,8 +6,9 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
-from stoker.core.metrics import Stage, StageTotals
+from stoker.core.metrics import Stage, StageTotals, merge_snapshots
 from stoker.core.pricing import EpochCost, StoragePrices
 from stoker.core.units import format_bytes
 from stoker.pipeline.order import EpochOrder, share_length
@@ -114,6 +115,32 @@ class LoaderStats:
         """Reads a cache answered instead of the store: samples from the in-memory cache
         plus pages from the disk cache (``disk_cache["cache.hits"]``)."""
         return self.memory_cache_hits + self.disk_cache.get("cache.hits", 0)
+
+    def snapshot(
+        self,
+        *,
+        stages: dict[str, StageTotals],
+        epoch_samples: int,
+        settings: tuple[int, int, str],
+        stores: Sequence[Any],
+        memory_cache_hits: int,
+    ) -> LoaderStats:
+        """A copy of these counts with the rest filled in: ``stages``, ``epoch_samples``,
+        ``settings`` (threads, prefetch, autotune), the request counters of ``stores``
+        (summed) and the disk cache's of the first (one disk cache serves them all)."""
+        disk = stores[0].cache if stores else None
+        return replace(
+            self,
+            skipped=list(self.skipped),
+            stages=stages,
+            epoch_samples=epoch_samples,
+            threads=settings[0],
+            prefetch=settings[1],
+            autotune=settings[2],
+            requests=merge_snapshots(store.counters.snapshot() for store in stores),
+            memory_cache_hits=memory_cache_hits,
+            disk_cache=disk.counters.snapshot() if disk is not None else {},
+        )
 
     def table(self) -> str:
         """The counters as a short table: stages, requests, bytes, cache and waits."""
