@@ -8,7 +8,7 @@
         logits = model(batch["input_ids"])          # (8, 2048) int64 on the GPU
         loss = F.cross_entropy(logits.flatten(0, 1), batch["labels"].flatten())
 
-A :class:`stoker.TokenLoader` makes each batch in numpy in this process (stacking
+A :class:`stoker.TokenLoader` makes each batch in numpy in this process (casting
 sequences takes microseconds each, so no worker processes are needed); this module turns
 it into tensors. Under ``torchrun`` (DDP, FSDP) the rank and world size come from
 ``torch.distributed``, as :func:`stoker.integrations.torch.detect_world` reads them.

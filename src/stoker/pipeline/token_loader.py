@@ -3,7 +3,9 @@
 A :class:`~stoker.Loader` over a :class:`~stoker.pipeline.tokens.TokenSource`: the order,
 its partition over ranks and workers, prefetch, the disk cache, ``state_dict`` and
 ``load_state_dict`` are the Loader's; only the source (sequences of ``seq_len + 1`` tokens)
-and the batches (stacked with numpy) are the token stream's. See docs/tokens.md.
+and the batches (:class:`~stoker.pipeline.token_batcher.TokenBatcher`) are the token
+stream's, and each epoch's first batch is read on its own, ahead of its read groups
+(:func:`~stoker.pipeline.tokens.first_batch_apart`). See docs/tokens.md.
 """
 
 from __future__ import annotations
@@ -45,10 +47,10 @@ class TokenLoader(Loader):
     (FlashAttention's varlen form over the flattened batch), all from the index.
 
     ``state_dict()`` is the Loader's few integers: resume is exact, onto another world size
-    too (the sequences the old ranks consumed are left out, the rest dealt anew). Only
-    whole batches are delivered: an epoch leaves out the tokens after the last sequence,
-    fewer than ``world_size`` sequences, and each rank's last partial batch
-    (:attr:`dropped_tokens`, logged once).
+    too (the sequences the old ranks consumed are left out, the rest dealt anew). Each
+    rank's last batch may be short; an epoch leaves out the tokens after the last sequence
+    and fewer than ``world_size`` sequences, to even out the ranks (:attr:`dropped_tokens`,
+    logged once).
 
     Args:
         source: A token dataset's URL or path, or a
@@ -117,7 +119,7 @@ class TokenLoader(Loader):
         if self.world.rank == 0 and self.world.worker == 0:
             logger.info(
                 "%s: %d sequences of %d tokens an epoch; %d tokens (%.3g %%) left out "
-                "(the stream's tail, evening out %d ranks, each rank's last partial batch)",
+                "(the stream's tail, and evening out %d ranks)",
                 self.source.url,
                 self.source.units(),
                 self.tokens_config.span,
@@ -157,6 +159,5 @@ class TokenLoader(Loader):
     @property
     def dropped_tokens(self) -> int:
         """Tokens of :attr:`stream_tokens` no rank delivers in a full epoch: the stream's
-        tail after the last whole sequence, the sequences that even out the ranks, and each
-        rank's last partial batch."""
+        tail after the last whole sequence and the sequences that even out the ranks."""
         return self.stream_tokens - self.epoch_tokens

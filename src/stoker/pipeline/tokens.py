@@ -10,8 +10,8 @@ than ``seq_len + 1``) are never read.
 :func:`~stoker.pipeline.order.epoch_order` over one virtual shard of ``N`` sequences, so a
 block is a run of consecutive sequences, one ranged read of about
 :data:`~stoker.pipeline.plan.BLOCK_TARGET_BYTES`, and partition and resume are the
-Loader's (a few integers). :class:`~stoker.pipeline.batching.TokenBatcher` stacks a
-batch's sequences with numpy and, on request, adds document boundaries
+Loader's (a few integers). :class:`~stoker.pipeline.token_batcher.TokenBatcher` casts a
+batch's sequences into its arrays and, on request, adds document boundaries
 (:func:`document_boundaries`), computed from the index, never by scanning for an
 end-of-text id.
 """
