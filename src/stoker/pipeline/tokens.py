@@ -168,12 +168,10 @@ class TokenSource:
         reads = await asyncio.gather(
             *(self.reader.read_async(int(r[0]) * span, (int(r[-1]) + 1) * span) for r in runs)
         )
-        found: dict[int, dict[str, Any]] = {}
+        rows: dict[int, np.ndarray] = {}  # built at C speed: this runs for every sequence
         for run, data in zip(runs, reads, strict=True):
-            rows = data.reshape(len(run), span)
-            for k, row in zip(run.tolist(), rows, strict=True):
-                found[k] = {"tokens": row, "sequence": k}
-        return [found[k] for k in wanted.tolist()]
+            rows.update(zip(run.tolist(), data.reshape(len(run), span), strict=True))
+        return [{"tokens": rows[k], "sequence": k} for k in wanted.tolist()]
 
 
 def token_sources(
