@@ -7,7 +7,8 @@ operation opens the entry's folder with ``O_NOFOLLOW`` and works relative to tha
 descriptor, so no link is followed, whatever is swapped in meanwhile; only regular files
 with the names the cache gives (a key's SHA-256, in a folder named by its first two hex
 digits) are read or deleted. Anything else is handed to the cache's ``stranger`` callback,
-which names it, and is left alone.
+which names it, and is left alone. Also here: removing the leftovers of writers that died
+in the cache's ``tmp/`` folder, and opening the cache's own lock and size files.
 """
 
 from __future__ import annotations
