@@ -112,3 +112,26 @@ def test_a_dead_claimants_claim_is_taken_over_and_a_live_one_waited_for_a_while(
         if hanging.is_alive():
             hanging.kill()
         hanging.join(timeout=10)
+
+
+def test_opening_a_cache_removes_old_claims_no_one_holds_and_nothing_else(
+    tmp_path: Path,
+) -> None:
+    cache = DiskCache(tmp_path, max_bytes=1 << 20)
+    held = cache.claim("held")
+    assert held is not None
+    assert held.exclusive
+    assert cache.claim("held") is None  # another claimant (here: another open file) waits
+    claims = tmp_path / "v1" / "claims"
+    dead = claims / ("d" * 64)  # a dead owner's: no lock on it
+    dead.write_text("999999\n")
+    stranger = claims / "notes.txt"
+    stranger.write_text("not the cache's")
+    for path in claims.iterdir():
+        os.utime(path, (time.time() - 3600, time.time() - 3600))
+    DiskCache(tmp_path, max_bytes=1 << 20)
+    assert not dead.exists()
+    assert stranger.exists()
+    assert len(list(claims.glob("?" * 64))) == 1  # the held one stays
+    held.release()
+    assert not list(claims.glob("?" * 64))
