@@ -236,6 +236,9 @@ def test_a_first_batch_larger_than_a_group_waits_for_the_windows_start_only(
         if world_size == 1:
             assert 256 <= first_two <= 280  # two groups (a shard's last block is short)
             assert set(share.groups[:256].tolist()) == {0, 1}  # the first batch: 2 groups
+            # The groups after them join a few at a time: the second batch needs 6 groups
+            # in all, as it did before (all joining at once, 7).
+            assert int(share.groups[:512].max()) + 1 <= 6
     # The window still mixes: past its start, a batch of 256 draws from many groups.
     share = assign(order, rank=0, world_size=1)
     assert len(set(share.groups[2000:2256].tolist())) >= 10

@@ -50,14 +50,15 @@ ShuffleMode = Literal["blocks", "random", "none"]
 #: Loader derives them from the data.
 DEFAULT_BLOCK_SIZE = 64
 DEFAULT_GROUP_BLOCKS = 16
-#: A window of read groups starts this many times narrower: the first batch waits for
-#: ``window / WINDOW_START_DIVISOR`` groups to arrive rather than for the whole window
-#: (about 8 MB of a 256 MB window, plus the groups the first batch spans as the window
-#: widens: 46 MB for batches of 256 samples of 100 kB, where the whole window was 268 MB).
+#: A window of read groups starts this many times narrower (the first batch waits for
+#: ``window / WINDOW_START_DIVISOR`` groups, not a whole 256 MB window) ...
 WINDOW_START_DIVISOR = 32
-#: ... but at least this many (a group is ~16 MB, a batch of 256 photos 28 MB: from one
-#: group, the groups joining the window made it wait for three, 45 MB; now for two).
+#: ... but at least this many (~16 MB each; 256 photos of 110 kB, 28 MB, waited for three
+#: groups, 45 MB, when the window started at one and widened under the first batch).
 WINDOW_START_GROUPS = 2
+#: After the start, groups join at most this many per group delivered (all at once would
+#: hold the second batch back for them).
+WINDOW_JOINS_PER_GROUP = 4
 #: Groups it takes the window to widen by one (each new group widens it by the inverse):
 #: while it widens, the store delivers ``1 + 1 / WINDOW_GROWTH_GROUPS`` groups per group
 #: consumed.
@@ -342,7 +343,8 @@ def _mix_window(
     sorted by time. The first ``start`` groups (:attr:`OrderConfig.window_starts`) all
     spread over ``[0, start)`` (a small shuffle buffer filling); later stretches widen by
     ``1 / WINDOW_GROWTH_GROUPS`` per group up to ``window``, but none starts before
-    ``start``. At any point about ``width`` groups are being delivered, so a batch draws
+    ``start``, and they join from there at most ``WINDOW_JOINS_PER_GROUP`` per group of
+    time. At any point about ``width`` groups are being delivered, so a batch draws
     from that many; a group is first needed at its stretch's start and done at its end, so
     a first batch of at most ``start`` groups' samples waits for those ``start`` groups,
     not ``window`` (nor the groups widening the window after them).
@@ -355,7 +357,8 @@ def _mix_window(
         g = groups.astype(np.float64)
         width = np.minimum(window, start + np.maximum(0.0, g + 1 - start) / WINDOW_GROWTH_GROUPS)
         end = np.maximum(g + 1, start)
-        begin = np.where(g < start, 0.0, np.maximum(start, end - width))
+        joins = start + (g - start) / WINDOW_JOINS_PER_GROUP
+        begin = np.where(g < start, 0.0, np.maximum(joins, end - width))
         time = begin + jitter * (end - begin)
     by_time = np.argsort(time, kind="stable")
     mixed, groups = samples[by_time], groups[by_time]
