@@ -12,6 +12,7 @@ turns multiprocessing's bootstrapping error into one that says what to change.
 
 from __future__ import annotations
 
+import atexit
 import json
 import multiprocessing
 import threading
@@ -23,6 +24,8 @@ from typing import Any
 #: integers, and a pair per earlier world size of the epoch).
 START_POINT_BYTES = 4096
 _LENGTH_BYTES = 4
+#: At exit, how long to wait for a first batch of the next epoch still being made.
+EXIT_WAIT_S = 10.0
 
 
 class StartPoint:
@@ -102,6 +105,20 @@ class NextEpoch:
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._make, name="stoker next epoch", daemon=True)
         self._thread.start()
+        # A worker told to stop exits while this batch may be half made. A daemon thread
+        # still running when the interpreter finalizes is ended by pthread_exit as it takes
+        # the GIL back, unwinding through torch's C++ frames, which cannot unwind: "terminate
+        # called without an active exception", and the worker dies of SIGABRT. So the exit
+        # waits for it while the interpreter is whole (its decode threads are stopped by then:
+        # the batch ends at its next decode, with an error nobody sees).
+        atexit.register(self._wait_at_exit)
+
+    def _wait_at_exit(self) -> None:
+        self._thread.join(EXIT_WAIT_S)
+
+    def _join(self) -> None:
+        self._thread.join()
+        atexit.unregister(self._wait_at_exit)  # and let go of this object
 
     def _make(self) -> None:
         try:
@@ -116,7 +133,7 @@ class NextEpoch:
 
     def take(self) -> Iterator[Any]:
         """The batches: the one made ahead, then the rest (waits for the first if needed)."""
-        self._thread.join()
+        self._join()
         if self._error is not None:
             raise self._error
         yield from self._first
@@ -124,7 +141,7 @@ class NextEpoch:
 
     def drop(self) -> None:
         """Forget the batches (another start was asked for)."""
-        self._thread.join()
+        self._join()
         close = getattr(self._batches, "close", None)
         if close is not None:
             close()
