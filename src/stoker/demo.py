@@ -191,7 +191,7 @@ def run_demo(
                 )
                 say(
                     f"[5/6] doctor, streaming the packed copy at a {DOCTOR_STEP_S * 1000:g} ms "
-                    f"step: {diagnosis.verdict}"
+                    f"step: {diagnosis.summary()}"
                 )
                 # What the model sees: nine samples of one training batch, as mixed as it.
                 with Loader(

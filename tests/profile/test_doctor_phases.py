@@ -3,6 +3,7 @@ waited on was saturated."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -88,3 +89,23 @@ def test_phases_of_batches() -> None:
     assert doctor._phase(40, 2, 1, 5) == "epoch_start"
     assert doctor._phase(45, 2, 6, 5) == "steady"
     assert doctor._phase(45, 2, 1, 0) == "steady"  # epochs of fewer than 4 batches
+
+
+def test_the_summary_says_what_the_verdict_rests_on(
+    loader: Loader, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The demo's doctor line: a compute-bound verdict with the share waited, where the
+    waits fell and how busy the decode threads and the store were."""
+    monkeypatch.setattr(doctor.os, "getloadavg", lambda: (0.2, 0.2, 0.2))
+    measured = _measured(
+        {"first_batch": 0.0, "epoch_start": 0.01, "steady": 0.03},
+        decode_s=0.3 * loader.num_threads,
+        epochs=4,
+    )
+    quiet = replace(measured, wait_s=0.04, step_total_s=0.96)
+    found = doctor._conclude(loader, "python", quiet)
+    assert found.verdict == "compute-bound"
+    assert found.summary() == (
+        "compute-bound: waited for data 4% of the time (epoch starts 25%, steady state 75%); "
+        "decode threads 30% busy, requests in flight 0% of the time"
+    )

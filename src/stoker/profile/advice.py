@@ -23,6 +23,7 @@ from stoker.format.foreign.locations import is_remote
 from stoker.pipeline.folder import FolderSource, pack_command
 from stoker.pipeline.loader import Loader
 from stoker.pipeline.transforms import PlannedTransform
+from stoker.profile.diagnosis import PHASE_NAMES
 
 if TYPE_CHECKING:
     from stoker.profile.diagnosis import Diagnosis
@@ -277,19 +278,12 @@ def _store_advice(d: Diagnosis, loader: Loader, advice_for: AdviceFor) -> list[s
     return advice
 
 
-_PHASE_NAMES = {
-    "first_batch": "the first batch",
-    "epoch_start": "epoch starts",
-    "steady": "steady state",
-}
-
-
 def _phases(d: Diagnosis) -> str:
     waited = sum(d.wait_phases.values())
     if waited <= 0:
         return "no wait measured."
     parts = ", ".join(
-        f"{_PHASE_NAMES.get(k, k)} {1000 * v:.0f} ms ({100 * v / waited:.0f}%)"
+        f"{PHASE_NAMES.get(k, k)} {1000 * v:.0f} ms ({100 * v / waited:.0f}%)"
         for k, v in d.wait_phases.items()
         if v > 0
     )

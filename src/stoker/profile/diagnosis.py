@@ -7,6 +7,13 @@ from typing import Any, Literal
 
 from stoker.core.metrics import StageTotals, TraceEvent
 
+#: How the places the waits fell are named (keys of ``Diagnosis.wait_phases``).
+PHASE_NAMES = {
+    "first_batch": "the first batch",
+    "epoch_start": "epoch starts",
+    "steady": "steady state",
+}
+
 #: The stage that held the training loop back, or ``"consumer"``: the model did (compute-bound).
 Bottleneck = Literal["store", "decode", "transform", "collate", "consumer"]
 
@@ -89,6 +96,25 @@ class Diagnosis:
     origin_s: float = 0.0
     window_start_s: float = 0.0
     events: tuple[TraceEvent, ...] = ()
+
+    def summary(self) -> str:
+        """The verdict with what it rests on, in one line: the share of time waiting, where
+        the waits fell and how busy the decode threads and the store were
+        (``"compute-bound: waited for data 3% of the time (epoch starts 20%, steady state
+        80%); decode threads 30% busy, requests in flight 45% of the time"``)."""
+        waited = sum(self.wait_phases.values())
+        where = ", ".join(
+            f"{PHASE_NAMES.get(k, k)} {100 * v / waited:.0f}%"
+            for k, v in self.wait_phases.items()
+            if v > 0
+        )
+        load = self.load
+        return (
+            f"{self.verdict}: waited for data {100 * self.input_bound_share:.0f}% of the time"
+            + (f" ({where})" if where else "")
+            + f"; decode threads {100 * load.get('decode_threads', 0.0):.0f}% busy, requests "
+            f"in flight {100 * load.get('store', 0.0):.0f}% of the time"
+        )
 
     @property
     def images_per_s(self) -> float:
