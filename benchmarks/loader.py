@@ -74,12 +74,12 @@ from loader_baselines import (
     PerObject,
     WdsMap,
     boto,
-    cpu_seconds,
     in_ram_rate,
     time_loader,
 )
 from loader_report import report
 from loader_sets import BATCH, BUCKET, SETS, TRANSFORMS, Prepared, prepare_set
+from quiet import cpu_seconds
 from stoker.storage import open_store
 from stoker.storage.transfer import download
 from stoker.testing.netproxy import LinkConfig, NetProxy

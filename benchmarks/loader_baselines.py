@@ -4,7 +4,6 @@ in-RAM rows (no I/O at all)."""
 from __future__ import annotations
 
 import io
-import os
 import random
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -112,15 +111,6 @@ def time_loader(loader: Any, limit: int) -> dict[str, float]:
         "images_per_s": seen / seconds,
         "first_batch_s": first,
     }
-
-
-def cpu_seconds(pid: int | None) -> float:
-    """User + system CPU seconds of a process (None: this one), from /proc."""
-    if pid is None:
-        times = os.times()
-        return times.user + times.system
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _full_decode(data: bytes, transform: PlannedTransform, rng: random.Random, out: Any) -> None:

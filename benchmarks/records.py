@@ -68,8 +68,9 @@ import webdataset as wds
 from torch.utils.data import DataLoader
 
 from loader import median_of
-from loader_baselines import boto, cpu_seconds, pil_transform, time_loader
+from loader_baselines import boto, pil_transform, time_loader
 from loader_sets import BATCH
+from quiet import compiled_interpreters, cpu_seconds, settle
 from records_data import ARRAY_VALUES, BUCKET, OUT, RecordSet, in_ram_members, prepare
 from records_report import report
 from stoker.pipeline.transforms import PlannedTransform, RandomResizedCrop
@@ -79,40 +80,13 @@ from stoker.testing.seaweed import ACCESS_KEY, REGION, SECRET_KEY, SeaweedServer
 CHILD = Path(__file__).resolve().parent / "records_children.py"
 #: Compiled bytecode for every interpreter the benchmark starts (PYTHONPYCACHEPREFIX).
 PYCACHE = OUT / "pycache"
-#: The machine counts as settled when its cores are this busy at most (share of all).
-SETTLED_BUSY = 0.10
 
 
-def _busy_ticks() -> tuple[int, int]:
-    """(busy, total) CPU ticks of the whole machine so far, from /proc/stat."""
-    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
-    idle = fields[3] + fields[4]  # idle + iowait
-    return sum(fields) - idle, sum(fields)
-
-
-def settle(server_pid: int | None, timeout_s: float) -> dict[str, float]:
-    """Wait until the machine is quiet: its cores at most SETTLED_BUSY busy and the server
-    idle over 0.25 s, twice in a row (or ``timeout_s`` passed). Returns the wait and the
-    last busy share seen."""
-    started = time.perf_counter()
-    quiet, busy = 0, 1.0
-    while quiet < 2 and time.perf_counter() - started < timeout_s:
-        before, server_before = _busy_ticks(), cpu_seconds(server_pid) if server_pid else 0.0
-        time.sleep(0.25)
-        after, server_after = _busy_ticks(), cpu_seconds(server_pid) if server_pid else 0.0
-        busy = (after[0] - before[0]) / max(1, after[1] - before[1])
-        server_quiet = server_after - server_before < 0.02
-        quiet = quiet + 1 if busy <= SETTLED_BUSY and server_quiet else 0
-    return {"settle_s": time.perf_counter() - started, "busy_before": busy}
-
-
-def compiled_interpreters() -> None:
-    """Every interpreter started from now on reads (and writes) its bytecode in PYCACHE;
-    one untimed import of each method's modules compiles it there."""
-    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
-    os.environ["PYTHONPYCACHEPREFIX"] = str(PYCACHE)
-    for command in ([str(CHILD), "--warm"], [str(Path(__file__).resolve()), "--warm"]):
-        subprocess.run([sys.executable, *command], check=True, capture_output=True)
+def compiled_records_interpreters() -> None:
+    """Bytecode for the children and the DataLoader's workers (this module's imports)."""
+    compiled_interpreters(
+        PYCACHE, [[str(CHILD), "--warm"], [str(Path(__file__).resolve()), "--warm"]]
+    )
 
 
 class WdsRecords:
@@ -340,7 +314,7 @@ def main() -> int:
             if "arrays" in parts:
                 bench.in_ram = in_ram_members(bench.sets["arrays"].local)
             os.sync()  # what prepare wrote goes to disk now, not during a timed run
-            compiled_interpreters()
+            compiled_records_interpreters()
             methods = [m for part in parts for m in METHODS[part]]
             if args.methods:
                 methods = [m for m in methods if m in args.methods.split(",")]

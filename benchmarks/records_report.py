@@ -8,6 +8,7 @@ from typing import Any
 
 from loader_report import epoch_cells
 from loader_sets import BATCH
+from quiet import SETTLED_BUSY
 from stoker.pipeline.order import default_window_start
 
 NAMES = {
@@ -27,8 +28,6 @@ VS_WEBDATASET = 1.5
 VS_NUMPY = 0.8
 MAX_BYTES_RATIO = 1.02
 MAX_FIRST_BATCH_S = 1.0
-#: records.py's SETTLED_BUSY (not imported: records.py imports this module).
-SETTLED = 0.10
 
 
 def _row(part: str, r: dict[str, Any], method: str) -> str:
@@ -183,7 +182,7 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> tuple[str, list
         "start for stoker, after iter() for WebDataset. "
         "CPU ms per sample: the method's own process over its timed epoch. Before each "
         "method the harness waits for the machine to settle (cores at most "
-        f"{SETTLED:.0%} busy and the server idle, within --settle-s; the written data "
+        f"{SETTLED_BUSY:.0%} busy and the server idle, within --settle-s; the written data "
         "synced once before the first); every interpreter it starts (stoker's children, the "
         "DataLoader's workers) reads bytecode compiled once by an untimed import of its "
         "modules, as an installed package has it. "

@@ -262,8 +262,24 @@ def write_mds(corpus: str, seq_len: int) -> None:
             out.write({"tokens": np.array(stream[start : start + span])})
 
 
+def warm(method: str) -> None:
+    """Import what ``method``'s run imports (its bytecode is then compiled)."""
+    if method == "stoker":
+        from stoker.pipeline.config import CacheConfig  # noqa: F401
+        from stoker.pipeline.token_loader import TokenLoader  # noqa: F401
+    elif method == "litdata":
+        from litdata import StreamingDataLoader, StreamingDataset, TokensLoader  # noqa: F401
+        from litdata.streaming import downloader  # noqa: F401
+    elif method == "mosaic":
+        from streaming import StreamingDataset  # noqa: F401
+        from torch.utils.data import DataLoader  # noqa: F401
+
+
 def main(argv: list[str]) -> int:
     command, args = argv[0], argv[1:]
+    if command == "warm":  # quiet.compiled_interpreters: import a method's modules, exit
+        warm(args[0])
+        return 0
     if command == "write-litdata":
         write_litdata(args[0], int(args[1]))
         return 0

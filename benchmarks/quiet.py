@@ -1,0 +1,73 @@
+"""A quiet machine and compiled bytecode for the processes a benchmark times.
+
+A first batch counted from a process's start should count what a user's process does: its
+imports from an installed package's bytecode, on a machine no other job is using. Two
+things get in the way on a development machine: ``PYTHONDONTWRITEBYTECODE`` (set here), with
+which every child compiles the sources edited since their ``.pyc`` again (0.85 s of
+stoker's imports with no bytecode against 0.20 s), and the last run's work (data being
+flushed, the server compacting). :func:`compiled_interpreters` gives every interpreter
+started afterwards one bytecode folder, filled by untimed imports; :func:`settle` waits
+for the cores and the server to go quiet before each timed run.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+#: The machine counts as settled when its cores are this busy at most (share of all).
+SETTLED_BUSY = 0.10
+
+
+def cpu_seconds(pid: int | None) -> float:
+    """User + system CPU seconds of a process (None: this one), from /proc."""
+    if pid is None:
+        times = os.times()
+        return times.user + times.system
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _busy_ticks() -> tuple[int, int]:
+    """(busy, total) CPU ticks of the whole machine so far, from /proc/stat."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def settle(server_pid: int | None, timeout_s: float) -> dict[str, float]:
+    """Wait until the machine is quiet: its cores at most SETTLED_BUSY busy and the server
+    idle over 0.25 s, twice in a row (or ``timeout_s`` passed). Returns the wait and the
+    last busy share seen."""
+    started = time.perf_counter()
+    quiet, busy = 0, 1.0
+    while quiet < 2 and time.perf_counter() - started < timeout_s:
+        before, server_before = _busy_ticks(), cpu_seconds(server_pid) if server_pid else 0.0
+        time.sleep(0.25)
+        after, server_after = _busy_ticks(), cpu_seconds(server_pid) if server_pid else 0.0
+        busy = (after[0] - before[0]) / max(1, after[1] - before[1])
+        server_quiet = server_after - server_before < 0.02
+        quiet = quiet + 1 if busy <= SETTLED_BUSY and server_quiet else 0
+    return {"settle_s": time.perf_counter() - started, "busy_before": busy}
+
+
+def compiled_interpreters(
+    pycache: Path,
+    warm: Sequence[Sequence[str]],
+    env: Mapping[str, Mapping[str, str]] | None = None,
+) -> None:
+    """Every interpreter started from now on reads (and writes) its bytecode in
+    ``pycache``; one untimed run of each ``warm`` command (a script and its arguments that
+    import a method's modules and exit) compiles it there. ``env`` maps a command's first
+    argument after the script to extra environment (a library's PYTHONPATH, say)."""
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    os.environ["PYTHONPYCACHEPREFIX"] = str(pycache)
+    for command in warm:
+        extra = (env or {}).get(command[1] if len(command) > 1 else "", {})
+        subprocess.run(
+            [sys.executable, *command], check=True, capture_output=True, env={**os.environ, **extra}
+        )
