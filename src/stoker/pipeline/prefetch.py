@@ -262,27 +262,37 @@ class FetchStream:
 
 def _needs_and_repeats(plan: EpochPlan) -> tuple[dict[int, int], dict[int, int]]:
     """For each of the worker's batches (by number), the count of leading chunks that hold
-    all its samples; and the samples its batches use more than once, with their uses."""
+    all its samples; and the samples its batches use more than once, with their uses.
+    Numpy over the whole epoch at once, not a Python loop per sample or per batch (a token
+    epoch has a million short sequences)."""
     wanted = plan.wanted()
     if not wanted:
         return {}, {}
+    sizes = np.fromiter((len(batch) for batch in wanted), dtype=np.int64, count=len(wanted))
+    ids = np.concatenate(wanted).astype(np.int64, copy=False)
     never = len(plan.chunks) + 1  # a sample in no chunk: `wait` says so
-    if plan.chunks:
-        ids = np.concatenate(plan.chunks).astype(np.int64, copy=False)
-        chunk_of = np.repeat(np.arange(len(plan.chunks)), [len(c) for c in plan.chunks])
-        unique, first = np.unique(ids, return_index=True)
-        first_chunk = chunk_of[first]
-    else:
-        unique = first_chunk = np.zeros(0, dtype=np.int64)
-    needs = {}
-    for number, batch in zip(plan.mine, wanted, strict=True):
-        batch = np.asarray(batch, dtype=np.int64)
-        if not len(batch):
-            needs[number] = 0
-            continue
-        at = np.minimum(np.searchsorted(unique, batch), max(len(unique) - 1, 0))
-        known = len(unique) > 0 and bool((unique[at] == batch).all())
-        needs[number] = int(first_chunk[at].max()) + 1 if known else never
-    used, uses = np.unique(np.concatenate(wanted).astype(np.int64, copy=False), return_counts=True)
+    need_each = np.full(len(ids), never, dtype=np.int64)
+    if plan.chunks and len(ids):
+        fetched = np.concatenate(plan.chunks).astype(np.int64, copy=False)
+        chunk_of = np.repeat(np.arange(1, len(plan.chunks) + 1), [len(c) for c in plan.chunks])
+        top = int(max(fetched.max(initial=0), ids.max())) + 1
+        if top <= max(8 * len(ids), 1 << 22):  # a table of at most 16 MB or 32 B an id
+            table = np.full(top, never, dtype=np.int32)
+            table[fetched[::-1]] = chunk_of[::-1]  # a sample in two chunks: the first's
+            need_each = table[ids].astype(np.int64)
+        else:
+            unique, first = np.unique(fetched, return_index=True)
+            at = np.minimum(np.searchsorted(unique, ids), len(unique) - 1)
+            found = unique[at] == ids
+            need_each[found] = chunk_of[first][at[found]]
+    needs = np.zeros(len(wanted), dtype=np.int64)
+    filled = sizes > 0
+    if filled.any():
+        starts = np.cumsum(sizes) - sizes
+        needs[filled] = np.maximum.reduceat(need_each, starts[filled])
+    used, uses = np.unique(ids, return_counts=True)
     repeated = uses > 1
-    return needs, dict(zip(used[repeated].tolist(), uses[repeated].tolist(), strict=True))
+    return (
+        dict(zip(plan.mine, needs.tolist(), strict=True)),
+        dict(zip(used[repeated].tolist(), uses[repeated].tolist(), strict=True)),
+    )
