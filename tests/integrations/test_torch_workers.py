@@ -136,3 +136,17 @@ def test_a_script_without_a_main_guard_is_told_what_to_add(packed: str, tmp_path
     assert 'multiprocessing_context="fork"' in done.stderr
     # The training process says it too, beside torch's "exited unexpectedly".
     assert "before its first batch" in done.stderr
+
+
+def test_the_workers_timeline_has_each_event_once(packed: str) -> None:
+    """Each worker sends its new events with each batch: a later epoch (and the first
+    batch made ahead for it) sends only what came after, not the timeline again."""
+    options: dict[str, Any] = {"batch_size": 6, "order": ORDER, "transform": RandomResizedCrop(8)}
+    with TorchLoader(packed, num_workers=2, **options) as loader:
+        loader.trace()
+        batches = sum(1 for epoch in range(3) for _ in loader)
+        events = loader.events()
+    assert batches == 3 * 8
+    collated = [e for e in events if e.stage == "collate"]
+    assert len(events) == len(set(events))  # no event twice
+    assert batches <= len(collated) <= batches + 2  # + the workers' first of an epoch 4

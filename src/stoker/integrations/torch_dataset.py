@@ -78,13 +78,16 @@ class StokerIterableDataset(IterableDataset[dict[str, Any]]):
         self._opened: Source | None = None  # this process's open source (for len, names)
         self._loader_pid = 0  # the process that made `live` (a forked child makes its own)
         self._tracing: int | None = None  # what `live` was told to trace
+        self._reported: TraceEvent | None = None  # the last event sent with a batch
         self._ahead: NextEpoch | None = None  # a worker's first batch of the next epoch
 
     def __getstate__(self) -> dict[str, Any]:
         # Worker processes open the dataset and make a loader themselves; open stores,
         # threads and loaders do not travel.
         state = dict(self.__dict__)
-        state.update(_opened=None, live=None, _loader_pid=0, _tracing=None, _ahead=None)
+        state.update(
+            _opened=None, live=None, _loader_pid=0, _tracing=None, _ahead=None, _reported=None
+        )
         return state
 
     @property
@@ -209,7 +212,7 @@ class StokerIterableDataset(IterableDataset[dict[str, Any]]):
                 # A worker process is one of several: one decode thread each by default.
                 options["decode"] = replace(decode or DecodeConfig(), threads=1)
         self.live = Loader(self._loader_source(), batch_size=self.batch_size, **options)
-        self._loader_pid, self._tracing = os.getpid(), None
+        self._loader_pid, self._tracing, self._reported = os.getpid(), None, None
         return self.live
 
     def _loader_source(self) -> SourceLike:
@@ -232,7 +235,6 @@ class StokerIterableDataset(IterableDataset[dict[str, Any]]):
         if max_events is not None and max_events != self._tracing:
             loader.trace(max_events=max_events)
             self._tracing = max_events
-        last: TraceEvent | None = None
         for batch in loader:
             tensors = to_tensors(batch)
             if not self.with_state:
@@ -240,8 +242,9 @@ class StokerIterableDataset(IterableDataset[dict[str, Any]]):
                 continue
             report = None
             if info is not None:  # the training process cannot see this loader
-                events = new_events(loader.events(), last) if max_events else []
-                last = events[-1] if events else last
+                # Each event once: after the last one sent, whichever epoch sent it.
+                events = new_events(loader.events(), self._reported) if max_events else []
+                self._reported = events[-1] if events else self._reported
                 report = WorkerReport(info.id, loader.stats(), tuple(events))
             yield tensors, loader.state_dict(), report
 
