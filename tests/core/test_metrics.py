@@ -27,6 +27,8 @@ def test_stages_add_up_across_threads() -> None:
     assert totals.items == 8000
     assert totals.bytes == 40_000
     assert totals.seconds == pytest.approx(4.0)
+    assert stages.seconds("decode") == totals.seconds
+    assert stages.seconds("fetch") == 0.0
     assert stages.events() == []
 
 

@@ -187,6 +187,13 @@ class Stages:
                 stage, time.perf_counter() - started, start_s=started, items=items, nbytes=nbytes
             )
 
+    def seconds(self, stage: str) -> float:
+        """Seconds spent in ``stage`` so far (0 if it has not run): one stage's total,
+        without a copy of them all (the autotuner asks after every batch)."""
+        with self._lock:
+            totals = self._totals.get(stage)
+            return totals[0] if totals is not None else 0.0
+
     def snapshot(self) -> dict[str, StageTotals]:
         """The totals of every stage so far."""
         with self._lock:

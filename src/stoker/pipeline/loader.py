@@ -26,7 +26,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any, Literal
 
 from stoker.core.checks import check_bool
-from stoker.core.metrics import Stage, Stages, StageTotals, TraceEvent
+from stoker.core.metrics import Stage, Stages, TraceEvent
 from stoker.pipeline.autotune import AutotuneConfig, Autotuner, default_threads
 from stoker.pipeline.batching import BatchAssembler
 from stoker.pipeline.config import (
@@ -373,7 +373,7 @@ class Loader:
         tuner = self._tuner
         if tuner.settled:
             return
-        waited = self.stages.snapshot().get(Stage.WAIT_FETCH, StageTotals()).seconds
+        waited = self.stages.seconds(Stage.WAIT_FETCH)
         tuner.observe(now, self._stats.samples, waited)
         self.prefetch = tuner.prefetch
         self.num_threads = tuner.threads
