@@ -56,18 +56,18 @@ def settle(server_pid: int | None, timeout_s: float) -> dict[str, float]:
 
 
 def compiled_interpreters(
-    pycache: Path,
-    warm: Sequence[Sequence[str]],
-    env: Mapping[str, Mapping[str, str]] | None = None,
+    pycache: Path, warm: Sequence[Sequence[str] | tuple[Sequence[str], Mapping[str, str]]]
 ) -> None:
     """Every interpreter started from now on reads (and writes) its bytecode in
     ``pycache``; one untimed run of each ``warm`` command (a script and its arguments that
-    import a method's modules and exit) compiles it there. ``env`` maps a command's first
-    argument after the script to extra environment (a library's PYTHONPATH, say)."""
+    import a method's modules and exit; or a pair of such a command and the extra
+    environment it needs, a library's PYTHONPATH say) compiles it there."""
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     os.environ["PYTHONPYCACHEPREFIX"] = str(pycache)
-    for command in warm:
-        extra = (env or {}).get(command[1] if len(command) > 1 else "", {})
-        subprocess.run(
-            [sys.executable, *command], check=True, capture_output=True, env={**os.environ, **extra}
+    for item in warm:
+        command, extra = item if isinstance(item, tuple) else (item, {})
+        done = subprocess.run(
+            [sys.executable, *command], capture_output=True, text=True, env={**os.environ, **extra}
         )
+        if done.returncode:
+            raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr[-2000:]}")

@@ -302,8 +302,13 @@ def main() -> int:
                 os.sync()  # what prepare wrote goes to disk now, not during a timed run
                 compiled_interpreters(
                     OUT / "pycache",
-                    [[str(CHILD), "warm", m] for m in ("stoker", *paths)],
-                    env={m: {"PYTHONPATH": bench.env(m)["PYTHONPATH"]} for m in paths},
+                    [
+                        (
+                            [str(CHILD), "warm", m],
+                            {"PYTHONPATH": bench.env(m).get("PYTHONPATH", "")},
+                        )
+                        for m in ("stoker", *paths)
+                    ],
                 )
                 results["methods"] = run_rounds(bench, rows, args.repeats)
     results["machine"]["load_after"] = os.getloadavg()
