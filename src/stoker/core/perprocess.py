@@ -112,3 +112,15 @@ def _remake_locks() -> None:
 
 
 os.register_at_fork(after_in_child=_remake_locks)
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists (one of another user counts: it cannot be signalled,
+    but it is there)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

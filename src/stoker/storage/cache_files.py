@@ -23,6 +23,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from stoker.core.perprocess import pid_alive
+
 #: Names of the cache's folders and entries: ``ab/ab12...`` (a key's SHA-256).
 _FOLDER_NAME = re.compile(r"[0-9a-f]{2}")
 _ENTRY_NAME = re.compile(r"[0-9a-f]{64}")
@@ -225,7 +227,7 @@ def remove_stale_tmp(folder: Path, *, stale_s: float, abandoned_s: float) -> Non
         for entry in found:
             if not _TMP_NAME.fullmatch(entry.name):
                 continue  # not a name this cache writes
-            alive = _pid_alive(int(entry.name.split("-", 1)[0]))
+            alive = pid_alive(int(entry.name.split("-", 1)[0]))
             with contextlib.suppress(FileNotFoundError):
                 info = entry.stat(follow_symlinks=False)
                 age = now - info.st_mtime
@@ -246,13 +248,3 @@ def open_own(path: Path) -> int:
             f"{path} is a symbolic link (to {path.readlink()}): the cache never writes "
             "through a link; remove it, or give the cache another directory",
         ) from exc
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -45,6 +45,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from stoker.core.perprocess import pid_alive
 from stoker.errors import StokerError
 
 __all__ = [
@@ -193,16 +194,6 @@ def _remove_etc(namespace: str) -> None:
         _ETC.rmdir()
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def remove_orphans() -> list[str]:
     """Remove namespaces that a `NodeNetwork` of a process no longer running left behind.
 
@@ -213,7 +204,7 @@ def remove_orphans() -> list[str]:
     for line in _run("netns", "list", check=False).splitlines():
         name = line.split(" ", 1)[0]
         match = _NAMESPACE.match(name)
-        if match is None or _alive(int(match.group(1))):
+        if match is None or pid_alive(int(match.group(1))):
             continue
         node = Node(name, "", "", "eth0", "")
         with contextlib.suppress(NetnsError):
