@@ -41,9 +41,13 @@ class LoaderStats:
             side by side, so this may exceed the elapsed time; 0 when never throttled
             nor capped); ``shaping.rate_per_s`` (that rate now, a level, not a total).
         disk_cache: The node-local disk cache's counters: ``cache.hits`` and
-            ``cache.misses`` (pages, each one ranged read of a block, found or not),
-            ``cache.bytes_hit``, ``cache.writes``, ``cache.bytes_written``,
-            ``cache.evictions``, ``cache.errors``, ``cache.damaged``.
+            ``cache.misses`` (pages looked up, found or not), ``cache.bytes_hit`` (bytes
+            read from the cache: of a page, only the samples' parts a read asked for),
+            ``cache.writes``, ``cache.bytes_written``, ``cache.evictions``,
+            ``cache.errors``, ``cache.damaged`` (entries found damaged and removed),
+            ``cache.waits`` (pages another process of the node was fetching, waited for
+            in the cache) and ``cache.wait_timeouts`` (of those, fetched here after all,
+            the wait over).
         stages: Time, calls, items and bytes per stage, keyed by
             :class:`~stoker.core.metrics.Stage` (a string): ``index`` (opening the
             dataset), ``fetch`` (a read group's requests, on the I/O engine), ``decode``
