@@ -55,6 +55,20 @@ def settle(server_pid: int | None, timeout_s: float) -> dict[str, float]:
     return {"settle_s": time.perf_counter() - started, "busy_before": busy}
 
 
+def settled_text(rows: Sequence[object]) -> str:
+    """What :func:`settle` found before the runs whose results are ``rows`` (dicts that
+    carry its ``settle_s`` and ``busy_before``; others are passed over), for a report."""
+    found = [r for r in rows if isinstance(r, dict) and "settle_s" in r]
+    if not found:
+        return "not recorded"
+    waits = [r["settle_s"] for r in found]
+    busy = [r["busy_before"] for r in found]
+    return (
+        f"waits of {min(waits):.1f}-{max(waits):.1f} s; the cores were "
+        f"{min(busy):.0%}-{max(busy):.0%} busy as the runs started"
+    )
+
+
 def compiled_interpreters(
     pycache: Path, warm: Sequence[Sequence[str] | tuple[Sequence[str], Mapping[str, str]]]
 ) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 from loader_report import epoch_cells
 from loader_sets import BATCH
-from quiet import SETTLED_BUSY
+from quiet import SETTLED_BUSY, settled_text
 from stoker.pipeline.order import default_window_start
 
 NAMES = {
@@ -159,19 +159,7 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> tuple[str, list
     before = ", ".join(f"{x:.2f}" for x in machine["load_before"])
     after = ", ".join(f"{x:.2f}" for x in machine["load_after"])
     parts = [p for p in ("pairs", "arrays") if p in results]
-    waits = [
-        (row["settle_s"], row["busy_before"])
-        for part in parts
-        for row in results[part].values()
-        if isinstance(row, dict) and "settle_s" in row
-    ]
-    settled = (
-        f"waits of {min(w for w, _ in waits):.1f}-{max(w for w, _ in waits):.1f} s; the "
-        f"cores were {min(b for _, b in waits):.0%}-{max(b for _, b in waits):.0%} busy "
-        "as the methods started"
-        if waits
-        else "not recorded"
-    )
+    settled = settled_text([row for part in parts for row in results[part].values()])
     lines = [
         f"# Records benchmark: batches of 256, {args.rtt_ms:g} ms RTT, {args.gbit:g} Gbit/s, "
         f"{os.cpu_count()} CPUs, cold, median of {args.repeats} interleaved rounds",

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from quiet import settled_text
+
 NAMES = {
     "ceiling": "the link's ceiling (what it carries of uint16 tokens)",
     "stoker": "stoker TokenLoader, cold",
@@ -38,16 +40,6 @@ def litdata_baseline(methods: dict[str, Any]) -> dict[str, Any] | None:
     """The fastest LitData row (one per worker count), the baseline of the goals."""
     rows = [row for name, row in methods.items() if name.startswith("litdata_")]
     return max(rows, key=lambda row: row["tokens_per_s"]) if rows else None
-
-
-def _settled(methods: dict[str, Any]) -> str:
-    """The longest settling wait, and the busiest the machine was when a run started."""
-    rows = [r for r in methods.values() if isinstance(r, dict) and "settle_s" in r]
-    if not rows:
-        return "no wait recorded"
-    wait = max(r["settle_s"] for r in rows)
-    busy = max(r["busy_before"] for r in rows)
-    return f"{wait:.1f} s; cores at most {busy:.0%} busy as a run started"
 
 
 def _row(method: str, row: dict[str, Any], base: dict[str, float | None], args: Any) -> str:
@@ -194,9 +186,9 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> tuple[str, list
         "input_ids; CPU is the method's processes over the timed epoch; bytes and GETs per "
         "epoch are the proxy's counts (warm: the loader's own, of its second epoch), the "
         "index included; the first batch is counted from the process's start, its import "
-        "in brackets. Before each run the harness waited for the machine to settle (at most "
-        f"{_settled(methods)}), and every process imported from bytecode compiled once "
-        "beforehand, as from an installed package.",
+        "in brackets. Before each run the harness waited for the machine to settle "
+        f"({settled_text(list(methods.values()))}), and every process imported from "
+        "bytecode compiled once beforehand, as from an installed package.",
         "",
         "| method | M tokens/s | x link ceiling | x LitData (fastest) | CPU s / 1e9 tokens "
         "| x LitData CPU | MB / epoch | x token bytes | GETs / epoch | first batch s (import) "
