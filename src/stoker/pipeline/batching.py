@@ -27,9 +27,9 @@ from stoker.format.spec import IMAGE_FIELD_NAMES
 from stoker.pipeline.batch_arrays import BatchArrays
 from stoker.pipeline.config import DecodeConfig
 from stoker.pipeline.fields import FieldsConfig, MissingField, collate
-from stoker.pipeline.pending import PendingBatch as PendingBatch  # re-exported
+from stoker.pipeline.pending import PendingBatch
 from stoker.pipeline.sources import MixedSource, Source, WindowSource
-from stoker.pipeline.token_batcher import TokenBatcher as TokenBatcher  # re-exported
+from stoker.pipeline.token_batcher import TokenBatcher
 from stoker.pipeline.tokens import TokenSource
 from stoker.pipeline.workers import (
     DEFAULT_SAMPLE_BYTES,

@@ -14,9 +14,11 @@ from concurrent.futures import CancelledError
 from dataclasses import dataclass, field
 
 from stoker.errors import StokerError
-from stoker.pipeline.batching import BatchAssembler, PendingBatch, TokenBatcher
+from stoker.pipeline.batching import BatchAssembler
+from stoker.pipeline.pending import PendingBatch
 from stoker.pipeline.plan import EpochPlan
 from stoker.pipeline.prefetch import FetchStream
+from stoker.pipeline.token_batcher import TokenBatcher
 
 #: What decodes and assembles a run's batches (the Loader's).
 Batcher = BatchAssembler | TokenBatcher

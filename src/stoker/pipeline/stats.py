@@ -6,13 +6,13 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from stoker.core.metrics import Stage, StageTotals, merge_snapshots
 from stoker.core.pricing import EpochCost, StoragePrices
 from stoker.core.units import format_bytes
 from stoker.pipeline.order import EpochOrder, share_length
 from stoker.pipeline.world import World
+from stoker.storage.base import Store
 
 
 @dataclass(slots=True)
@@ -126,7 +126,7 @@ class LoaderStats:
         stages: dict[str, StageTotals],
         epoch_samples: int,
         settings: tuple[int, int, str],
-        stores: Sequence[Any],
+        stores: Sequence[Store],
         memory_cache_hits: int,
     ) -> LoaderStats:
         """A copy of these counts with the rest filled in: ``stages``, ``epoch_samples``,
