@@ -13,17 +13,21 @@ from click.testing import CliRunner
 from PIL import Image
 
 from stoker.cli.main import cli
-from stoker.pack.packer import PackConfig, pack
+from stoker.pack.packer import pack
 from stoker.storage.transfer import upload
-from stoker.testing.images import make_jpeg, with_comment, write_image_folder
+from stoker.testing.images import make_jpeg, with_comment, write_image_folder, write_packed_images
 
 
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory: pytest.TempPathFactory) -> str:
-    root = tmp_path_factory.mktemp("doctor-cli")
-    write_image_folder(root / "src", files=48, classes=3, width=64, height=48)
-    pack(root / "src", root / "ds", config=PackConfig(samples_per_shard=16))
-    return str(root / "ds")
+    return write_packed_images(
+        tmp_path_factory.mktemp("doctor-cli"),
+        files=48,
+        classes=3,
+        width=64,
+        height=48,
+        samples_per_shard=16,
+    )
 
 
 def test_doctor_names_a_slow_step_and_writes_its_files(dataset: str, tmp_path: Path) -> None:

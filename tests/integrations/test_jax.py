@@ -19,11 +19,10 @@ import numpy as np
 import pytest
 
 from stoker import World
-from stoker.pack.packer import PackConfig, pack
 from stoker.pipeline.loader import Loader
 from stoker.pipeline.order import OrderConfig
 from stoker.pipeline.transforms import RandomResizedCrop
-from stoker.testing.images import write_image_folder
+from stoker.testing.images import write_packed_images
 from stoker.testing.seaweed import free_ports
 
 ORDER = OrderConfig(block_size=4, group_blocks=2)
@@ -156,10 +155,14 @@ def child_of_two(url: str, out: Path, port: int, process: int) -> None:
 def dataset_url(tmp_path_factory: pytest.TempPathFactory) -> str:
     if importlib.util.find_spec("jax") is None:  # not imported: see the module's doc
         pytest.skip("jax is not installed (pip install -e '.[test]')")
-    root = tmp_path_factory.mktemp("jax")
-    write_image_folder(root / "src", files=SAMPLES, classes=5, width=24, height=20)
-    pack(root / "src", root / "ds", config=PackConfig(samples_per_shard=16))
-    return str(root / "ds")
+    return write_packed_images(
+        tmp_path_factory.mktemp("jax"),
+        files=SAMPLES,
+        classes=5,
+        width=24,
+        height=20,
+        samples_per_shard=16,
+    )
 
 
 def _spawn(*args: str) -> subprocess.Popen[str]:

@@ -17,10 +17,9 @@ from torch.utils.data import DataLoader
 from stoker import Loader, World
 from stoker.format.reader import open_dataset
 from stoker.integrations.torch import StokerIterableDataset, TorchLoader
-from stoker.pack.packer import PackConfig, pack
 from stoker.pipeline.order import OrderConfig
 from stoker.pipeline.transforms import RandomResizedCrop
-from stoker.testing.images import write_image_folder
+from stoker.testing.images import write_packed_images
 from stoker.testing.seaweed import free_ports
 
 ORDER = OrderConfig(block_size=4, group_blocks=2)
@@ -28,10 +27,14 @@ ORDER = OrderConfig(block_size=4, group_blocks=2)
 
 @pytest.fixture(scope="module")
 def dataset_url(tmp_path_factory: pytest.TempPathFactory) -> str:
-    root = tmp_path_factory.mktemp("torch")
-    write_image_folder(root / "src", files=90, classes=5, width=48, height=40)
-    pack(root / "src", root / "ds", config=PackConfig(samples_per_shard=12))
-    return str(root / "ds")
+    return write_packed_images(
+        tmp_path_factory.mktemp("torch"),
+        files=90,
+        classes=5,
+        width=48,
+        height=40,
+        samples_per_shard=12,
+    )
 
 
 def test_torch_loader_yields_tensors(dataset_url: str) -> None:

@@ -8,11 +8,10 @@ import numpy as np
 import pytest
 
 from stoker import CacheConfig, DecodeConfig, Loader
-from stoker.pack.packer import PackConfig, pack
 from stoker.pipeline.config import check_loader_arguments
 from stoker.pipeline.order import OrderConfig
 from stoker.pipeline.world import World
-from stoker.testing.images import write_image_folder
+from stoker.testing.images import write_packed_images
 
 
 @pytest.mark.parametrize(
@@ -67,10 +66,14 @@ def test_good_loader_arguments_pass() -> None:
 
 @pytest.fixture(scope="module")
 def dataset_url(tmp_path_factory: pytest.TempPathFactory) -> str:
-    root = tmp_path_factory.mktemp("arguments")
-    write_image_folder(root / "src", files=21, classes=3, width=16, height=16)
-    pack(root / "src", root / "ds", config=PackConfig(samples_per_shard=7))
-    return str(root / "ds")
+    return write_packed_images(
+        tmp_path_factory.mktemp("arguments"),
+        files=21,
+        classes=3,
+        width=16,
+        height=16,
+        samples_per_shard=7,
+    )
 
 
 @pytest.mark.parametrize(

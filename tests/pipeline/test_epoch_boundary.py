@@ -9,11 +9,10 @@ import pytest
 
 from stoker import DecodeConfig
 from stoker.core.metrics import Stage
-from stoker.pack.packer import PackConfig, pack
 from stoker.pipeline.loader import Loader
 from stoker.pipeline.order import OrderConfig
 from stoker.pipeline.transforms import RandomResizedCrop
-from stoker.testing.images import write_image_folder
+from stoker.testing.images import write_packed_images
 
 OPTIONS = {
     "batch_size": 8,
@@ -25,10 +24,14 @@ OPTIONS = {
 
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory: pytest.TempPathFactory) -> str:
-    root = tmp_path_factory.mktemp("boundary")
-    write_image_folder(root / "src", files=96, classes=4, width=16, height=12)
-    pack(root / "src", root / "ds", config=PackConfig(samples_per_shard=32))
-    return str(root / "ds")
+    return write_packed_images(
+        tmp_path_factory.mktemp("boundary"),
+        files=96,
+        classes=4,
+        width=16,
+        height=12,
+        samples_per_shard=32,
+    )
 
 
 def _keys(loader: Loader) -> list[str]:

@@ -21,7 +21,7 @@ from stoker.pipeline.loader import Loader
 from stoker.pipeline.order import OrderConfig
 from stoker.pipeline.transforms import RandomResizedCrop
 from stoker.storage import DiskCache
-from stoker.testing.images import write_image_folder
+from stoker.testing.images import write_image_folder, write_packed_images
 
 SMALL_ORDER = OrderConfig(block_size=4, group_blocks=3)
 #: The same, with each rank's piece mixed through a window of 3 read groups (the default
@@ -32,10 +32,14 @@ ORDERS = pytest.mark.parametrize("order", [SMALL_ORDER, WINDOWED], ids=["groups"
 
 @pytest.fixture(scope="module")
 def dataset_url(tmp_path_factory: pytest.TempPathFactory) -> str:
-    root = tmp_path_factory.mktemp("loader")
-    write_image_folder(root / "src", files=103, classes=5, width=64, height=48)
-    pack(root / "src", root / "ds", config=PackConfig(samples_per_shard=10))
-    return str(root / "ds")
+    return write_packed_images(
+        tmp_path_factory.mktemp("loader"),
+        files=103,
+        classes=5,
+        width=64,
+        height=48,
+        samples_per_shard=10,
+    )
 
 
 @pytest.fixture(scope="module")

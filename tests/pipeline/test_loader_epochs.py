@@ -7,19 +7,22 @@ import time
 import pytest
 
 from stoker.core.metrics import Stage
-from stoker.pack.packer import PackConfig, pack
 from stoker.pipeline.loader import Loader
 from stoker.pipeline.order import OrderConfig
 from stoker.pipeline.transforms import RandomResizedCrop
-from stoker.testing.images import write_image_folder
+from stoker.testing.images import write_packed_images
 
 
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory: pytest.TempPathFactory) -> str:
-    root = tmp_path_factory.mktemp("epochs")
-    write_image_folder(root / "src", files=96, classes=4, width=16, height=12)
-    pack(root / "src", root / "ds", config=PackConfig(samples_per_shard=32))
-    return str(root / "ds")
+    return write_packed_images(
+        tmp_path_factory.mktemp("epochs"),
+        files=96,
+        classes=4,
+        width=16,
+        height=12,
+        samples_per_shard=32,
+    )
 
 
 def _fetches(loader: Loader) -> int:

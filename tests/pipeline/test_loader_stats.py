@@ -16,15 +16,19 @@ from stoker.pack.packer import PackConfig, pack
 from stoker.pipeline.decode import decode_full
 from stoker.pipeline.loader import Loader
 from stoker.pipeline.transforms import RandomResizedCrop
-from stoker.testing.images import write_image_folder
+from stoker.testing.images import write_image_folder, write_packed_images
 
 
 @pytest.fixture(scope="module")
 def dataset_url(tmp_path_factory: pytest.TempPathFactory) -> str:
-    root = tmp_path_factory.mktemp("stats")
-    write_image_folder(root / "src", files=64, classes=4, width=64, height=48)
-    pack(root / "src", root / "ds", config=PackConfig(samples_per_shard=16))
-    return str(root / "ds")
+    return write_packed_images(
+        tmp_path_factory.mktemp("stats"),
+        files=64,
+        classes=4,
+        width=64,
+        height=48,
+        samples_per_shard=16,
+    )
 
 
 def test_every_stage_is_timed_and_counts_its_items(dataset_url: str) -> None:
@@ -137,10 +141,14 @@ def sleepy_transform(image: Any) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def large_url(tmp_path_factory: pytest.TempPathFactory) -> str:
-    root = tmp_path_factory.mktemp("large")
-    write_image_folder(root / "src", files=24, classes=2, width=1200, height=900)
-    pack(root / "src", root / "ds", config=PackConfig(samples_per_shard=24))
-    return str(root / "ds")
+    return write_packed_images(
+        tmp_path_factory.mktemp("large"),
+        files=24,
+        classes=2,
+        width=1200,
+        height=900,
+        samples_per_shard=24,
+    )
 
 
 @pytest.mark.parametrize("method", ["thread", "process"])

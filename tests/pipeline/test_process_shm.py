@@ -11,10 +11,9 @@ import numpy as np
 import pytest
 
 from stoker import DecodeConfig
-from stoker.pack.packer import PackConfig, pack
 from stoker.pipeline import workers
 from stoker.pipeline.loader import Loader
-from stoker.testing.images import write_image_folder
+from stoker.testing.images import write_packed_images
 
 SAMPLES = 10
 
@@ -26,10 +25,14 @@ def thumbnail(image: Any) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def dataset_url(tmp_path_factory: pytest.TempPathFactory) -> str:
-    root = tmp_path_factory.mktemp("process-shm")
-    write_image_folder(root / "src", files=SAMPLES, classes=2, width=64, height=48)
-    pack(root / "src", root / "ds", config=PackConfig(samples_per_shard=5))
-    return str(root / "ds")
+    return write_packed_images(
+        tmp_path_factory.mktemp("process-shm"),
+        files=SAMPLES,
+        classes=2,
+        width=64,
+        height=48,
+        samples_per_shard=5,
+    )
 
 
 def test_the_arena_is_sized_by_the_real_batch(

@@ -14,12 +14,11 @@ import numpy as np
 import pytest
 
 from stoker import DecodeConfig
-from stoker.pack.packer import PackConfig, pack
 from stoker.pipeline import workers
 from stoker.pipeline.loader import Loader
 from stoker.pipeline.transforms import RandomResizedCrop
 from stoker.pipeline.workers import WorkerError
-from stoker.testing.images import write_image_folder
+from stoker.testing.images import write_image_folder, write_packed_images
 
 
 def python_transform(image: Any) -> np.ndarray:
@@ -34,10 +33,14 @@ def failing_transform(image: Any) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def dataset_url(tmp_path_factory: pytest.TempPathFactory) -> str:
-    root = tmp_path_factory.mktemp("processes")
-    write_image_folder(root / "src", files=40, classes=4, width=64, height=48)
-    pack(root / "src", root / "ds", config=PackConfig(samples_per_shard=10))
-    return str(root / "ds")
+    return write_packed_images(
+        tmp_path_factory.mktemp("processes"),
+        files=40,
+        classes=4,
+        width=64,
+        height=48,
+        samples_per_shard=10,
+    )
 
 
 def _stoker_shm() -> set[str]:

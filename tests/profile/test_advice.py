@@ -13,23 +13,26 @@ from PIL import ImageDraw
 
 from stoker import DecodeConfig
 from stoker.core.metrics import Stage, StageTotals, TraceEvent
-from stoker.pack.packer import PackConfig, pack
 from stoker.pipeline.loader import Loader
 from stoker.pipeline.transforms import RandomResizedCrop
 from stoker.profile.advice import advise, stored_shorter_side
 from stoker.profile.diagnosis import Diagnosis
 from stoker.profile.plots import advice_lines, render_doctor
 from stoker.profile.trace import place_events
-from stoker.testing.images import write_image_folder
+from stoker.testing.images import write_packed_images
 
 
 @pytest.fixture(scope="module")
 def small(tmp_path_factory: pytest.TempPathFactory) -> str:
     """48 JPEGs of 64x48."""
-    root = tmp_path_factory.mktemp("advice")
-    write_image_folder(root / "src", files=48, classes=3, width=64, height=48)
-    pack(root / "src", root / "ds", config=PackConfig(samples_per_shard=16))
-    return str(root / "ds")
+    return write_packed_images(
+        tmp_path_factory.mktemp("advice"),
+        files=48,
+        classes=3,
+        width=64,
+        height=48,
+        samples_per_shard=16,
+    )
 
 
 def _decode_bound(**changes: Any) -> Diagnosis:

@@ -8,6 +8,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from stoker.pack.packer import PackConfig, pack
+
 
 def make_jpeg(rng: np.random.Generator, *, width: int, height: int, quality: int = 85) -> bytes:
     """Encode a random smooth image with some texture as JPEG bytes."""
@@ -47,6 +49,28 @@ def write_image_folder(
         path.write_bytes(with_comment(pool[i % len(pool)], f"stoker sample {i}".encode()))
         paths.append(path)
     return paths
+
+
+def write_packed_images(
+    root: Path,
+    *,
+    files: int,
+    classes: int = 10,
+    width: int = 160,
+    height: int = 120,
+    samples_per_shard: int | None = None,
+) -> str:
+    """Write an image folder into ``root/src`` (as :func:`write_image_folder`) and pack it
+    into ``root/ds`` (``samples_per_shard`` a shard, else pack's default); return the
+    packed dataset's path, the fixture most loader tests start from."""
+    write_image_folder(root / "src", files=files, classes=classes, width=width, height=height)
+    config = (
+        PackConfig()
+        if samples_per_shard is None
+        else PackConfig(samples_per_shard=samples_per_shard)
+    )
+    pack(root / "src", root / "ds", config=config)
+    return str(root / "ds")
 
 
 def with_comment(jpeg: bytes, text: bytes) -> bytes:
