@@ -14,7 +14,8 @@ from torch.utils.data import IterableDataset, get_worker_info
 from stoker.core.metrics import TraceEvent
 from stoker.integrations.observe import WorkerReport, batched_by_a_dataloader, new_events
 from stoker.integrations.torch_tensors import each_tensor, to_tensors
-from stoker.integrations.torch_workers import NextEpoch, StartPoint
+from stoker.integrations.torch_workers import FirstBatches, NextEpoch, StartPoint
+from stoker.pipeline.autotune import default_threads
 from stoker.pipeline.config import BLOCK_PAGE_BYTES, DecodeConfig, LoaderOptions, SourceConfig
 from stoker.pipeline.loader import Loader
 from stoker.pipeline.plan import batches_per_epoch, resolve_order, resolve_seed
@@ -45,8 +46,11 @@ class StokerIterableDataset(IterableDataset[dict[str, Any]]):
     Each process keeps one loader for as long as it lives, so with
     ``persistent_workers=True`` a worker's loader, its open dataset and its decode
     threads serve every epoch, and after its share of an epoch a worker makes its first
-    batch of the next one while it waits. :meth:`set_epoch` (and a state to resume from)
-    reaches workers that persist: it is kept in memory shared with them.
+    batch of the next one while it waits. The DataLoader asks worker 0 first, so worker 0
+    makes its batch first, on a thread per worker, and the others wait for it (at most
+    :data:`~stoker.integrations.torch_workers.LEAD_WAIT_S`) rather than share the cores.
+    :meth:`set_epoch` (and a state to resume from) reaches workers that persist: it is
+    kept in memory shared with them.
 
     Args:
         source: What :class:`stoker.Loader` takes: a dataset URL or path, an unpacked
@@ -72,6 +76,7 @@ class StokerIterableDataset(IterableDataset[dict[str, Any]]):
             options["world"] = World(rank=rank, world_size=world_size)
         self.options = options
         self._start = StartPoint()  # epoch, resume state and tracing, seen by workers too
+        self._firsts = FirstBatches()  # the epoch whose first batch worker 0 has made
         # Yield (batch, the loader's state after it, WorkerReport or None) triples.
         self.with_state = False
         self.live: Loader | None = None  # the loader of this process, once made
@@ -196,8 +201,23 @@ class StokerIterableDataset(IterableDataset[dict[str, Any]]):
         if info is not None and self.live is not None:
             # The share of this epoch is made: make the next epoch's first batch while the
             # DataLoader has not asked for it yet (a worker is idle until then).
-            after = self.live.state_dict()
-            self._ahead = NextEpoch(after, self._epoch(after, info), ready=_share_tensors)
+            self._ahead = self._next_epoch(self.live, info)
+
+    def _next_epoch(self, loader: Loader, info: Any) -> NextEpoch:
+        """This worker's first batch of the epoch after ``loader``'s, under way. With several
+        workers, worker 0's comes first, on a thread per worker (as many as the cores
+        allow), while the others wait for it: the DataLoader asks for it first."""
+        after = loader.state_dict()
+        epoch, firsts = int(after["epoch"]), self._firsts
+        before: Any = None
+        made: Any = None
+        if info.num_workers > 1 and info.id == 0:
+            loader.lead_next_epoch(min(info.num_workers * loader.num_threads, default_threads()))
+            made = lambda: firsts.made(epoch)  # noqa: E731  # even if none was made
+        elif info.num_workers > 1:
+            before = lambda stop: firsts.wait(epoch, stop)  # noqa: E731
+        batches = self._epoch(after, info)
+        return NextEpoch(after, batches, ready=_share_tensors, before=before, after=made)
 
     def _loader(self, info: Any) -> Loader:
         """This process's loader, made on first use."""

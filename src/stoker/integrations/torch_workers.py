@@ -1,12 +1,14 @@
 """What persistent DataLoader workers need: where each iteration starts, and a first batch
-made ahead.
+made ahead, the first worker's first.
 
 A DataLoader with ``persistent_workers=True`` keeps its worker processes, and each
 worker's copy of the dataset, from one iteration to the next: a ``set_epoch`` or a
 restored state in the training process would never reach them. :class:`StartPoint` is a
 small block of shared memory the training process writes before each iteration and every
 worker reads when its iteration starts. :class:`NextEpoch` makes a worker's first batch
-of the next epoch while the worker waits for it to be asked for. :func:`refuse_bootstrap`
+of the next epoch while the worker waits for it to be asked for. The DataLoader asks worker
+0 first, so that batch comes first: the other workers wait for it (:class:`FirstBatches`)
+while worker 0 decodes it on every core they leave. :func:`refuse_bootstrap`
 turns multiprocessing's bootstrapping error into one that says what to change.
 """
 
@@ -16,6 +18,7 @@ import atexit
 import json
 import multiprocessing
 import threading
+import time
 from collections.abc import Callable, Iterator
 from multiprocessing.context import get_spawning_popen
 from typing import Any
@@ -26,6 +29,10 @@ START_POINT_BYTES = 4096
 _LENGTH_BYTES = 4
 #: At exit, how long to wait for a first batch of the next epoch still being made.
 EXIT_WAIT_S = 10.0
+#: The longest a worker waits for worker 0's first batch of an epoch before making its own
+#: (worker 0 reading cold data, or gone).
+LEAD_WAIT_S = 5.0
+_POLL_S = 0.002
 
 
 class StartPoint:
@@ -82,6 +89,42 @@ class StartPoint:
         view[:_LENGTH_BYTES] = len(data).to_bytes(_LENGTH_BYTES, "little")
 
 
+class FirstBatches:
+    """Which epoch's first batch worker 0 has made last, shared with the worker processes.
+
+    Worker 0 writes it (:meth:`made`), the other workers wait on it (:meth:`wait`). Like
+    :class:`StartPoint`, it travels to a worker when the worker is started.
+    """
+
+    def __init__(self, epoch: int = -1) -> None:
+        self._shared: Any = multiprocessing.get_context("spawn").RawArray("q", 1)
+        self._shared[0] = epoch
+
+    def __getstate__(self) -> dict[str, Any]:
+        if get_spawning_popen() is not None:  # starting a worker: share the memory
+            return {"shared": self._shared}
+        return {"epoch": self._shared[0]}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        if "shared" in state:
+            self._shared = state["shared"]
+        else:
+            self.__init__(state["epoch"])  # type: ignore[misc]  # a private copy
+
+    def made(self, epoch: int) -> None:
+        """Worker 0 has made (or given up on) its first batch of ``epoch``."""
+        self._shared[0] = epoch
+
+    def wait(self, epoch: int, stop: threading.Event, timeout_s: float = LEAD_WAIT_S) -> bool:
+        """Wait until worker 0 has made its first batch of ``epoch`` (or a later one), for
+        at most ``timeout_s`` or until ``stop`` is set; whether it has."""
+        deadline = time.monotonic() + timeout_s
+        while self._shared[0] < epoch:
+            if stop.wait(_POLL_S) or time.monotonic() > deadline:
+                return False
+        return True
+
+
 class NextEpoch:
     """A worker's first batch of the next epoch, made on a thread while the worker is idle.
 
@@ -90,6 +133,9 @@ class NextEpoch:
         batches: The iteration that makes them (not yet started).
         ready: Called on the first batch once made, on the same thread (to move its
             tensors into shared memory there rather than when it is handed over).
+        before: Called first, on the same thread, with an event set when the batches are
+            no longer wanted (to wait for another worker's first batch).
+        after: Called last, on the same thread, whether a batch was made or not.
     """
 
     def __init__(
@@ -97,10 +143,15 @@ class NextEpoch:
         start: dict[str, Any],
         batches: Iterator[Any],
         ready: Callable[[Any], None] | None = None,
+        *,
+        before: Callable[[threading.Event], object] | None = None,
+        after: Callable[[], None] | None = None,
     ) -> None:
         self.start = start
         self._batches = batches
         self._ready = ready
+        self._before, self._after = before, after
+        self._unwanted = threading.Event()
         self._first: list[Any] = []
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._make, name="stoker next epoch", daemon=True)
@@ -114,6 +165,7 @@ class NextEpoch:
         atexit.register(self._wait_at_exit)
 
     def _wait_at_exit(self) -> None:
+        self._unwanted.set()
         self._thread.join(EXIT_WAIT_S)
 
     def _join(self) -> None:
@@ -122,6 +174,10 @@ class NextEpoch:
 
     def _make(self) -> None:
         try:
+            if self._before is not None:
+                self._before(self._unwanted)
+                if self._unwanted.is_set():
+                    return
             first = next(self._batches)
             if self._ready is not None:
                 self._ready(first)
@@ -130,6 +186,9 @@ class NextEpoch:
             pass
         except BaseException as exc:  # re-raised where the batch is asked for
             self._error = exc
+        finally:
+            if self._after is not None:
+                self._after()
 
     def take(self) -> Iterator[Any]:
         """The batches: the one made ahead, then the rest (waits for the first if needed)."""
@@ -141,6 +200,7 @@ class NextEpoch:
 
     def drop(self) -> None:
         """Forget the batches (another start was asked for)."""
+        self._unwanted.set()
         self._join()
         close = getattr(self._batches, "close", None)
         if close is not None:

@@ -12,6 +12,7 @@ import os
 from collections import deque
 from concurrent.futures import CancelledError
 from dataclasses import dataclass, field
+from typing import TypeGuard
 
 from stoker.errors import StokerError
 from stoker.pipeline.batching import BatchAssembler
@@ -35,6 +36,8 @@ class EpochRun:
         pending: Numbers of the batches not yet started, in order.
         decodes: Batches decoding, with their numbers, in order.
         pid: The process that started it (a forked child starts its own).
+        lead: Threads to decode the first batch on, alone (0: as every other batch); see
+            :meth:`stoker.Loader.lead_next_epoch`.
     """
 
     epoch: int
@@ -43,6 +46,8 @@ class EpochRun:
     pending: deque[int]
     decodes: deque[tuple[int, PendingBatch]] = field(default_factory=deque)
     pid: int = field(default_factory=os.getpid)
+    lead: int = 0
+    _threads: int = 0  # the decode threads to go back to after a led first batch
 
     @classmethod
     def start(cls, epoch: int, plan: EpochPlan, stream: FetchStream) -> EpochRun:
@@ -58,6 +63,11 @@ class EpochRun:
         """Start decoding the next batches, up to ``depth`` decoding; wait for a batch's
         samples only when nothing is decoding (else that is delivered first)."""
         self.stream.top_up()  # reads go on while the decodes are full
+        if self.lead and not self.decodes and _threaded(batches):
+            # The first batch alone on more threads: nothing else is submitted with it.
+            self._threads = batches.threads
+            batches.resize(max(self.lead, self._threads))
+            self.lead, depth = 0, 1
         while self.pending and len(self.decodes) < depth:
             number = self.pending[0]
             ids = self.plan.batches[number]
@@ -74,6 +84,9 @@ class EpochRun:
         decoding here; never waits (nor starts a run of another process)."""
         if not self.here:
             return
+        if self._threads:  # the led first batch is out: back to the usual threads
+            batches.resize(self._threads)
+            self._threads = 0
         self.stream.top_up()
         while self.pending and len(self.decodes) < room:
             number = self.pending[0]
@@ -89,6 +102,8 @@ class EpochRun:
         process's shared-memory slot is freed when its batch is collected)."""
         if not self.here:
             return  # a parent's: its threads and processes are not here
+        if self._threads:  # a led first batch never delivered
+            batches.resize(self._threads)
         for _, pending_batch in self.decodes:
             if pending_batch.slot is None:
                 continue  # a thread's result is simply dropped
@@ -96,6 +111,11 @@ class EpochRun:
             with contextlib.suppress(ValueError, StokerError, CancelledError):
                 batches.finish(pending_batch, [])
         self.decodes.clear()
+
+
+def _threaded(batches: Batcher) -> TypeGuard[BatchAssembler]:
+    """Whether ``batches`` decodes on threads it can resize."""
+    return isinstance(batches, BatchAssembler) and batches.method == "thread"
 
 
 def taken_over(

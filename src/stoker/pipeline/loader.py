@@ -90,7 +90,8 @@ class Loader:
             are derived from the data (:func:`~stoker.pipeline.plan.resolve_order`).
         world: This rank and loader worker (:class:`~stoker.pipeline.world.World`);
             default rank 0 of 1. Worker ``w`` of ``num_workers`` makes batches
-            ``w, w + num_workers, ...`` of its rank's epoch (counted from the resume point).
+            ``w, w + num_workers, ...`` of its rank's epoch (counted from the resume point);
+            one of several decodes the next epoch's batches only when asked for them.
         decode: Decode threads or processes, the decompression-bomb guard, and what an
             undecodable sample does (:class:`~stoker.pipeline.config.DecodeConfig`).
         prefetch: Read groups held ahead (in flight, or in and not yet decoding), or
@@ -187,6 +188,7 @@ class Loader:
         self._stats = LoaderStats()
         self._next: EpochRun | None = None  # the next epoch, started while this one ends
         self.read_ahead = True
+        self._lead = 0  # threads for the next iteration's first batch (lead_next_epoch)
         self._progress = ProgressLog(logger)
 
     # -- plan ------------------------------------------------------------------------------
@@ -320,6 +322,7 @@ class Loader:
             self._batches.start_workers(batch_size=self.batch_size, depth=self._decode_depth)
             stream = self._prefetcher.open(self.epoch, plan, on_drained=self._read_ahead)
             run = EpochRun.start(self.epoch, plan, stream)
+        run.lead, self._lead = self._lead, 0
         log_padding(run.plan, self.epoch, self.world)
         self._stats.padded += run.plan.padded
         return self._run(run)
@@ -335,15 +338,18 @@ class Loader:
             run.stream.delivering = True
             # Keep the decode threads busy while the caller steps: start what is in now.
             run.start_ready(self._batches, self._decode_depth)
-            if not run.pending and self._next is not None:  # decode the next epoch's start
+            if not run.pending and self._next is not None and self.world.num_workers == 1:
                 self._next.start_ready(self._batches, self._decode_depth - len(run.decodes))
             yield batch
             resumed = time.perf_counter()
             self.stages.record(Stage.CONSUMER_STEP, resumed - now, start_s=now, lane="consumer")
         # The epoch is over: the next iteration, and a state saved now, start the next one.
-        self.epoch += 1
-        self._position = 0
-        self._segments = []
+        self.epoch, self._position, self._segments = self.epoch + 1, 0, []
+
+    def lead_next_epoch(self, threads: int) -> None:
+        """Decode the next iteration's first batch alone, on ``threads`` threads (the
+        DataLoader worker asked first, while the others wait for it), then as before."""
+        self._lead = threads
 
     def _read_ahead(self) -> None:
         """Every read of this epoch is under way: start the next epoch (its first batch's
@@ -371,13 +377,10 @@ class Loader:
 
     def _retune(self, now: float) -> None:
         tuner = self._tuner
-        if tuner.settled:
-            return
-        waited = self.stages.seconds(Stage.WAIT_FETCH)
-        tuner.observe(now, self._stats.samples, waited)
-        self.prefetch = tuner.prefetch
-        self.num_threads = tuner.threads
-        self._batches.resize(tuner.threads)
+        if not tuner.settled:
+            tuner.observe(now, self._stats.samples, self.stages.seconds(Stage.WAIT_FETCH))
+            self.prefetch, self.num_threads = tuner.prefetch, tuner.threads
+            self._batches.resize(tuner.threads)
 
     def close(self) -> None:
         """Stop the decode threads (or processes) and close the disk cache's files; iterating
