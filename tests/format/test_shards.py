@@ -116,9 +116,11 @@ def test_duplicate_and_invalid_keys_are_refused() -> None:
     writer.add(Sample(key="a", fields={"txt": b"1"}))
     with pytest.raises(ValueError, match="duplicate"):
         writer.add(Sample(key="a", fields={"txt": b"2"}))
-    for bad in ["a.b", "/abs", "x/../y", "", "x//y"]:
+    for bad in ["a.b", "v1.2/a.b", "/abs", "x/../y", "x/./y", "", "x//y", ".hidden"]:
         with pytest.raises(ValueError, match="invalid sample key"):
             check_key(bad)
+    for good in ["v1.2/a", "data.v2/part.1/0001", "a/.cache/b"]:
+        check_key(good)  # folders may have dots, as in WebDataset
 
 
 def test_long_names_use_the_ustar_prefix() -> None:

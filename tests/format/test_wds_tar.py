@@ -169,11 +169,19 @@ def test_non_contiguous_sample_is_refused() -> None:
         scan_tar(data, name="t.tar")
 
 
-def test_duplicate_extension_and_dotted_key_are_refused() -> None:
+def test_duplicate_extension_is_refused() -> None:
     with pytest.raises(SourceError, match="sample 'a' has two 'jpg' members"):
         scan_tar(make_tar([("a.jpg", b"1"), ("a.JPG", b"2")]), name="t.tar")
-    with pytest.raises(SourceError, match="keys may not contain"):
-        scan_tar(make_tar([("v1.2/a.jpg", b"1")]), name="t.tar")
+
+
+def test_members_under_dotted_folders_keep_their_folders_in_the_key() -> None:
+    # WebDataset's rule: the key is the path up to the first dot of the base name.
+    samples = scan_tar(
+        make_tar([("v1.2/a.jpg", b"1"), ("v1.2/a.seg.png", b"2"), ("x.y/z.w/b.cls", b"3")]),
+        name="t.tar",
+    )
+    assert [s.key for s in samples] == ["v1.2/a", "x.y/z.w/b"]
+    assert [ext for ext, _, _ in samples[0].members] == ["jpg", "seg.png"]
 
 
 def test_empty_tar_has_no_samples() -> None:

@@ -16,7 +16,6 @@ TAR_BLOCK = 512
 # Members carry this fixed time so that packing the same input twice gives identical shards.
 MEMBER_MTIME = 0
 
-_KEY = re.compile(r"^[^./][^.]*$")
 _UNSAFE_KEY = re.compile(r"[\\\x00-\x1f\x7f]|^[A-Za-z]:")
 
 
@@ -59,19 +58,22 @@ def shard_key(index: int, *, prefixes: int = 1) -> str:
 def check_key(key: str) -> None:
     """Raise ValueError unless ``key`` can be a WebDataset sample key in our shards.
 
-    A key has no ``.`` (WebDataset splits member names at the first dot), does not start
-    with ``/`` or a drive letter (``C:``), has no empty or ``..`` segments, no backslash and
-    no control character, and is at most 200 bytes of UTF-8: readers refuse member names
-    that could escape a directory they are extracted into.
+    A key's last segment has no ``.`` (WebDataset splits a member's base name at its first
+    dot; folders before it may have dots: ``v1.2/0001``), the key does not start with ``/``
+    or a drive letter (``C:``), has no empty, ``.`` or ``..`` segments, no backslash and no
+    control character, and is at most 200 bytes of UTF-8: readers refuse member names that
+    could escape a directory they are extracted into.
     """
+    parts = key.split("/")
     if (
-        not _KEY.match(key)
+        "." in parts[-1]
         or _UNSAFE_KEY.search(key)
-        or any(part in ("", "..") for part in key.split("/"))
+        or any(part in ("", ".", "..") for part in parts)
     ):
         raise ValueError(
-            f"invalid sample key {key!r}: keys may not contain '.', a backslash or a control "
-            "character, start with '/' or a drive letter, or have empty or '..' segments"
+            f"invalid sample key {key!r}: a key's last segment may not contain '.', and keys "
+            "may not contain a backslash or a control character, start with '/' or a drive "
+            "letter, or have empty, '.' or '..' segments"
         )
     if len(key.encode("utf-8")) > 200:
         raise ValueError(f"sample key {key[:40]!r}... is longer than 200 bytes")

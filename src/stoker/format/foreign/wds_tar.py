@@ -288,9 +288,5 @@ def _split_member(path: str, *, name: str) -> tuple[str, str] | None:
         return None
     if not stem or not ext:
         raise SourceError(f"{name}: member {path!r} has no key before or no extension after '.'")
-    key = "/".join([*parts[:-1], stem])
-    if "." in key:
-        raise SourceError(
-            f"{name}: member {path!r} gives key {key!r}, and keys may not contain '.'"
-        )
-    return key, ext.lower()
+    # Folders may have dots (``v1.2/0001.jpg``: key ``v1.2/0001``), as in WebDataset.
+    return "/".join([*parts[:-1], stem]), ext.lower()
