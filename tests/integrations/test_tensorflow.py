@@ -21,9 +21,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from stoker import World
+from stoker import DecodeConfig, World
 from stoker.pack.indexer import index_webdataset
 from stoker.pack.packer import PackConfig, pack
+from stoker.pipeline.fields import FieldsConfig
 from stoker.pipeline.loader import Loader
 from stoker.pipeline.order import OrderConfig
 from stoker.pipeline.transforms import CenterCrop, RandomResizedCrop, Resize
@@ -218,6 +219,16 @@ def records(out: Path, facts: dict[str, Any], saved: dict[str, Any]) -> None:
         assert cls.dtype.name == "int64"
         assert keys.dtype.name == "string"
     facts["records_lengths"] = lengths
+    widened = DecodeConfig(fields=FieldsConfig(transforms={"npy": _longdouble}))
+    try:
+        make_dataset(url, batch_size=4, order=order, fields=("npy",), decode=widened)
+        facts["longdouble_error"] = None
+    except TypeError as exc:
+        facts["longdouble_error"] = str(exc)
+
+
+def _longdouble(array: np.ndarray) -> np.ndarray:
+    return array.astype(np.longdouble)
 
 
 # -- the tests -----------------------------------------------------------------------------
@@ -397,6 +408,13 @@ def test_json_and_ragged_arrays_become_tensors(run: dict[str, Any]) -> None:
     assert facts["records_lengths"] == [i % 4 + 1 for i in range(RECORDS)]
     expected = np.concatenate([record(i)["npy"] for i in range(RECORDS)])
     assert np.array_equal(run["records_values"], expected)
+
+
+def test_a_field_tensorflow_has_no_dtype_for_is_named(run: dict[str, Any]) -> None:
+    error = run["facts"]["longdouble_error"]
+    assert error is not None
+    assert "field 'npy'" in error
+    assert "float128" in error or "longdouble" in error
 
 
 if __name__ == "__main__":

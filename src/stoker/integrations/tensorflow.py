@@ -127,13 +127,29 @@ def _spec(name: str, value: Any) -> Any:
     if isinstance(value, np.ndarray):
         if value.dtype.kind in "OUS":
             return tf.TensorSpec((None,) * value.ndim, tf.string, name=name)
-        return tf.TensorSpec((None,) * value.ndim, tf.as_dtype(value.dtype), name=name)
+        return tf.TensorSpec((None,) * value.ndim, _tf_dtype(name, value.dtype), name=name)
     items = list(value)
     arrays = [v for v in items if isinstance(v, np.ndarray)]
     if arrays and len(arrays) == len(items):
-        dtype = tf.as_dtype(arrays[0].dtype)
+        dtype = _tf_dtype(name, arrays[0].dtype)
         return tf.RaggedTensorSpec((None, None, *arrays[0].shape[1:]), dtype, ragged_rank=1)
     return tf.TensorSpec((None,), tf.string, name=name)
+
+
+def _tf_dtype(name: str, dtype: np.dtype[Any]) -> Any:
+    """TensorFlow's dtype for a field's numpy dtype.
+
+    Raises:
+        TypeError: TensorFlow has none (``longdouble``, ``datetime64``, a structured
+            dtype); the message names the field.
+    """
+    try:
+        return tf.as_dtype(dtype)
+    except TypeError as exc:
+        raise TypeError(
+            f"field {name!r}: TensorFlow has no dtype for numpy's {dtype} ({exc}); convert it "
+            "in a field transform (DecodeConfig(fields=FieldsConfig(transforms=...)))"
+        ) from None
 
 
 def make_dataset(

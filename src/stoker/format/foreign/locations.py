@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from stoker.core.metrics import merge_snapshots
+from stoker.core.perprocess import ForkSafeLock
 from stoker.errors import SourceError
 from stoker.storage import StorageOptions, Store, open_store, parse_url
 from stoker.storage.base import ObjectMeta
@@ -35,13 +36,13 @@ class LocationReader:
     def __init__(self, storage_options: Mapping[str, Any] | StorageOptions | None = None) -> None:
         self._options = storage_options
         self._stores: dict[str, Store] = {}
+        self._opening = ForkSafeLock()  # readers share one from several threads
 
     def __getstate__(self) -> dict[str, Any]:
         return {"options": self._options}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self._options = state["options"]
-        self._stores = {}
+        self.__init__(state["options"])  # type: ignore[misc]  # no stores open yet
 
     def store_for(self, location: str) -> tuple[Store, str]:
         """The store of ``location``'s bucket and the key inside it."""
@@ -49,10 +50,15 @@ class LocationReader:
         return self.store_at(f"{url.scheme}://{url.bucket}"), url.prefix
 
     def store_at(self, root: str) -> Store:
-        """The store rooted at the bucket URL ``root`` (opened once, then kept)."""
+        """The store rooted at the bucket URL ``root`` (opened once, then kept: threads
+        asking for it at once share one store, and so its counters)."""
         store = self._stores.get(root)
         if store is None:
-            store = self._stores[root] = open_store(root, storage_options=self._options)
+            with self._opening:
+                store = self._stores.get(root)
+                if store is None:
+                    store = open_store(root, storage_options=self._options)
+                    self._stores = {**self._stores, root: store}  # readers see old or new
         return store
 
     def requests(self) -> dict[str, int]:
