@@ -10,16 +10,17 @@ point. See docs/FORMAT.md. Nothing here unpickles anything.
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 import logging
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypedDict, TypeVar
 
 import numpy as np
 
 from stoker.errors import BucketNotFoundError, ShardFormatError
+from stoker.format.keys import SampleKeys
 from stoker.format.spec import (
     ARRAYS_MAGIC,
     ARRAYS_NAME,
@@ -77,7 +78,8 @@ class DatasetIndex:
         length: Byte length of each sample's span.
         label: Label of each sample (-1 for none).
         crc32: CRC-32 of each sample's span.
-        keys: Key of each sample.
+        keys: Key of each sample (a read index decodes each when asked for:
+            :class:`~stoker.format.keys.SampleKeys`).
         packed_with: Parameters of the pack that made it (free-form, for humans).
         skipped: Inputs left out with ``on_error="skip"``: dicts with key, source, reason.
         edited: Manifest entries whose checksum (``sections_sha256``) no longer matches,
@@ -95,7 +97,7 @@ class DatasetIndex:
     length: np.ndarray
     label: np.ndarray
     crc32: np.ndarray
-    keys: list[str]
+    keys: Sequence[str]
     packed_with: dict[str, Any] = field(default_factory=dict)
     skipped: list[dict[str, str]] = field(default_factory=list)
     edited: list[str] | None = None
@@ -392,20 +394,7 @@ def _decode_arrays(data: bytes, *, where: str) -> DatasetIndex:
             raise ShardFormatError(f"{where}: truncated ({name} runs past the end)")
         columns[name] = np.frombuffer(data, dtype=dtype, count=n, offset=position)
         position += size
-    blob = data[position:]
-    key_offsets = columns["key_offsets"]
-    if int(key_offsets[0]) != 0 or int(key_offsets[-1]) != len(blob):
-        raise ShardFormatError(
-            f"{where}: key offsets run from {key_offsets[0]} to {key_offsets[-1]}, "
-            f"expected 0 to {len(blob)} (the key blob's size)"
-        )
-    if (np.diff(key_offsets.astype(np.int64, copy=False)) < 0).any():
-        raise ShardFormatError(f"{where}: key offsets are not in order")
-    bounds = key_offsets.tolist()
-    try:
-        keys = [blob[a:b].decode("utf-8") for a, b in itertools.pairwise(bounds)]
-    except UnicodeDecodeError as exc:
-        raise ShardFormatError(f"{where}: a sample key is not UTF-8: {exc}") from None
+    keys = SampleKeys.checked(bytes(data[position:]), columns["key_offsets"], where=where)
     return DatasetIndex(
         shards=[],
         class_names=[],
