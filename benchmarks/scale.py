@@ -45,7 +45,8 @@ from typing import Any
 import numpy as np
 
 from stoker.format.index import DatasetIndex, ShardEntry, read_index, write_index
-from stoker.format.reader import DEFAULT_MAX_RUN_BYTES, plan_runs
+from stoker.format.reader import DEFAULT_MAX_RUN_BYTES
+from stoker.format.runs import plan_runs
 from stoker.format.spec import MAX_PREFIXES, TAR_BLOCK, shard_key
 from stoker.pack.packer import DEFAULT_SHARD_BYTES
 from stoker.pipeline.config import BLOCK_PAGE_BYTES

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from stoker.errors import CorruptShardError, ShardFormatError
 from stoker.format.foreign.base import Sample
 from stoker.format.index import DatasetIndex, read_index, write_index
-from stoker.format.reader import ShardDataset, plan_runs
+from stoker.format.reader import ShardDataset
+from stoker.format.runs import plan_runs
 from stoker.format.spec import check_key
 from stoker.format.tar import member_header, parse_members
 from stoker.format.writer import ShardWriter

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from stoker.format.reader import VerifyReport
+from stoker.format.verify import VerifyReport
 
 
 def test_to_dict_is_plain_json() -> None:

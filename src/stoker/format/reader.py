@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import os
 import zlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Literal, overload
 
 import numpy as np
 
 from stoker.errors import CorruptShardError, ShardFormatError
 from stoker.format.index import DatasetIndex, ShardEntry, read_index
-from stoker.format.spec import MANIFEST_NAME
+from stoker.format.runs import Run, plan_runs
 from stoker.format.tar import parse_members
+from stoker.format.verify import VerifyReport, verify_shards
 from stoker.storage.base import Store
 from stoker.storage.open import open_store
 
@@ -23,41 +22,6 @@ from stoker.storage.open import open_store
 DEFAULT_MAX_GAP_BYTES = 1 << 20
 #: Cap on one coalesced request.
 DEFAULT_MAX_RUN_BYTES = 64 << 20
-
-
-@dataclass(slots=True)
-class VerifyReport:
-    """What :meth:`ShardDataset.verify` checked and found.
-
-    Attributes:
-        shards: Shards checked.
-        samples: Samples checked.
-        bytes: Bytes read.
-        corrupt: ``(shard, sample key or "", what is wrong)`` for every problem found.
-    """
-
-    shards: int = 0
-    samples: int = 0
-    bytes: int = 0
-    corrupt: list[tuple[str, str, str]] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        """No problem found."""
-        return not self.corrupt
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict."""
-        return {
-            "ok": self.ok,
-            "shards": self.shards,
-            "samples": self.samples,
-            "bytes": self.bytes,
-            "corrupt": [
-                {"shard": shard, "sample": key, "problem": problem}
-                for shard, key, problem in self.corrupt
-            ],
-        }
 
 
 class ShardDataset:
@@ -384,96 +348,12 @@ class ShardDataset:
         that no ``index.json`` entry (``class_names`` among them) was edited after writing.
 
         Never raises for corruption: every problem, with its shard and sample, is listed
-        in the report.
+        in the report (:func:`~stoker.format.verify.verify_shards`).
 
         Args:
             progress: Called with the bytes of each shard once it is checked.
         """
-        engine = self._store.engine
-        report = VerifyReport()
-        first_sample = np.concatenate([[0], np.cumsum([s.samples for s in self.shards])])
-
-        async def check(number: int, entry: ShardEntry) -> None:
-            try:
-                data = await self._store.get_async(entry.name)
-            except FileNotFoundError:
-                report.corrupt.append((entry.name, "", "shard is missing"))
-                return
-            report.shards += 1
-            report.bytes += len(data)
-            if len(data) != entry.size:
-                report.corrupt.append(
-                    (entry.name, "", f"size {len(data)} != {entry.size} in the index")
-                )
-            digest_ok = hashlib.sha256(data).hexdigest() == entry.sha256
-            for i in range(int(first_sample[number]), int(first_sample[number + 1])):
-                report.samples += 1
-                start = int(self._index.offset[i])
-                span = data[start : start + int(self._index.length[i])]
-                key = self._index.keys[i]
-                if zlib.crc32(span) != int(self._index.crc32[i]):
-                    report.corrupt.append((entry.name, key, "sample bytes fail their CRC-32"))
-                    continue
-                if self._index.tokens is not None:
-                    continue  # a document's span is raw tokens, not tar members
-                try:  # an index made over a malformed span passes the CRC but cannot be read
-                    parse_members(span, where=f"{self.url}/{entry.name}:{key}")
-                except ShardFormatError as exc:
-                    report.corrupt.append((entry.name, key, str(exc)))
-            if not digest_ok and not any(c[0] == entry.name for c in report.corrupt):
-                report.corrupt.append((entry.name, "", "SHA-256 mismatch outside any sample"))
-            if progress is not None:
-                progress(len(data))
-
-        async def check_all() -> None:
-            limit = asyncio.Semaphore(max(2, min(8, os.cpu_count() or 2)))
-
-            async def bounded(number: int, entry: ShardEntry) -> None:
-                async with limit:
-                    await check(number, entry)
-
-            await asyncio.gather(*(bounded(n, e) for n, e in enumerate(self.shards)))
-
-        engine.run(check_all())
-        if self._index.edited:
-            edited = ", ".join(self._index.edited)
-            problem = f"{edited} edited since the index was written (checksums differ)"
-            report.corrupt.append((MANIFEST_NAME, "", problem))
-        report.corrupt.sort()
-        return report
-
-
-@dataclass(slots=True)
-class Run:
-    """One coalesced request: a byte range of one shard and the samples inside it."""
-
-    shard: int
-    start: int
-    end: int
-    samples: list[int]
-
-
-def plan_runs(
-    index: DatasetIndex, indices: Sequence[int], *, max_gap_bytes: int, max_run_bytes: int
-) -> list[Run]:
-    """Group samples into as few ranged requests as the gap and size limits allow."""
-    order = sorted(indices, key=lambda i: (int(index.shard[i]), int(index.offset[i])))
-    runs: list[Run] = []
-    for i in order:
-        shard, start = int(index.shard[i]), int(index.offset[i])
-        end = start + int(index.length[i])
-        if runs:
-            last = runs[-1]
-            if (
-                last.shard == shard
-                and start - last.end <= max_gap_bytes
-                and end - last.start <= max_run_bytes
-            ):
-                last.end = max(last.end, end)
-                last.samples.append(i)
-                continue
-        runs.append(Run(shard, start, end, [i]))
-    return runs
+        return verify_shards(self._store, self._index, url=self.url, progress=progress)
 
 
 def open_dataset(
