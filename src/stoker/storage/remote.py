@@ -19,7 +19,7 @@ import builtins
 import functools
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from stoker.core.metrics import Counters
 from stoker.core.perprocess import PerProcess
@@ -37,7 +37,6 @@ from stoker.storage.cache import DiskCache
 from stoker.storage.engine import IOEngine, default_engine
 from stoker.storage.native import native, rebuild
 from stoker.storage.options import StorageOptions
-from stoker.storage.rawlist import RawLister, RootedLister, invalid_key_in
 from stoker.storage.retry import (
     RETRYABLE,
     ShortBodyError,
@@ -49,6 +48,9 @@ from stoker.storage.retry import (
 from stoker.storage.s3 import NativeConfig, open_local
 from stoker.storage.shaping import PrefixShaper, prefix_of
 from stoker.storage.url import StorageUrl, redact_userinfo
+
+if TYPE_CHECKING:
+    from stoker.storage.rawlist import RootedLister
 
 T = TypeVar("T")
 
@@ -166,7 +168,10 @@ class ObstoreStore(BlockingForms):
 
     def _raw_lister(self, exc: Exception) -> RootedLister:
         # obstore refused a listing page over one key it cannot parse: list past it with
-        # signed requests of our own, or re-raise (naming the key) if we cannot sign.
+        # signed requests of our own, or re-raise (naming the key) if we cannot sign. (Only
+        # imported then: its XML and HTTP modules are a tenth of this module's import.)
+        from stoker.storage.rawlist import RawLister, RootedLister, invalid_key_in
+
         key = invalid_key_in(exc)
         if key is None:
             raise exc
