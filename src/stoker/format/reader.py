@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import os
-import zlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, overload
 
 import numpy as np
 
+from stoker.core.crc import crc32
 from stoker.errors import CorruptShardError, ShardFormatError
 from stoker.format.index import DatasetIndex, ShardEntry, read_index
 from stoker.format.runs import Run, plan_runs
@@ -151,7 +151,7 @@ class ShardDataset:
             )
         key = self._index.keys[i]
         shard = self._index.shards[int(self._index.shard[i])].name
-        if zlib.crc32(span) != int(self._index.crc32[i]):
+        if crc32(span) != int(self._index.crc32[i]):
             raise CorruptShardError(
                 f"{self.url}/{shard}: sample {key!r} (#{i}) fails its CRC-32 check"
             )

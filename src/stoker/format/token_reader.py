@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import zlib
 
 import numpy as np
 
+from stoker.core.crc import crc32
 from stoker.errors import CorruptShardError
 from stoker.format.reader import ShardDataset
 from stoker.format.tokens import TokenLayout, document_starts
@@ -94,7 +94,7 @@ class TokenReader:
         index = self.dataset.index
         bounds = ((starts[first : last + 1] - starts[first]) * item).tolist()
         view = memoryview(data)
-        found = map(zlib.crc32, map(view.__getitem__, map(slice, bounds[:-1], bounds[1:])))
+        found = map(crc32, map(view.__getitem__, map(slice, bounds[:-1], bounds[1:])))
         for n, (crc, expected) in enumerate(
             zip(found, index.crc32[first:last].tolist(), strict=True)
         ):

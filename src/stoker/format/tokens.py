@@ -19,13 +19,13 @@ a shard), and document boundaries come from the index, never from scanning the t
 from __future__ import annotations
 
 import hashlib
-import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from stoker.core.crc import crc32
 from stoker.format.spec import TAR_BLOCK
 from stoker.format.tar import member_header, padded
 from stoker.format.writer import SampleRecord, ShardRecord
@@ -209,7 +209,7 @@ class TokenShardWriter:
                 f"got {tokens.dtype} of shape {tokens.shape}"
             )
         data = np.ascontiguousarray(tokens).tobytes()
-        self._docs.append((key, self._bytes, zlib.crc32(data)))
+        self._docs.append((key, self._bytes, crc32(data)))
         self._parts.append(data)
         self._bytes += len(data)
 

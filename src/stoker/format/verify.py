@@ -7,13 +7,13 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from stoker.core.crc import crc32
 from stoker.errors import ShardFormatError
 from stoker.format.index import DatasetIndex, ShardEntry
 from stoker.format.spec import MANIFEST_NAME
@@ -94,7 +94,7 @@ def verify_shards(
             start = int(index.offset[i])
             span = data[start : start + int(index.length[i])]
             key = index.keys[i]
-            if zlib.crc32(span) != int(index.crc32[i]):
+            if crc32(span) != int(index.crc32[i]):
                 report.corrupt.append((entry.name, key, "sample bytes fail their CRC-32"))
                 continue
             if index.tokens is not None:

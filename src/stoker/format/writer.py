@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import hashlib
-import zlib
 from dataclasses import dataclass
 
+from stoker.core.crc import crc32
 from stoker.format.foreign.base import Sample
 from stoker.format.spec import TAR_BLOCK, check_key, normalise_extension
 from stoker.format.tar import member_header, padded
@@ -92,7 +92,7 @@ class ShardWriter:
             self._buffer += data
             self._buffer += bytes(padded(len(data)) - len(data))
         end = len(self._buffer)
-        crc = zlib.crc32(memoryview(self._buffer)[start:end])
+        crc = crc32(memoryview(self._buffer)[start:end])
         record = SampleRecord(sample.key, sample.label, start, end - start, crc)
         self._keys.add(sample.key)
         self._records.append(record)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import struct
 import zlib
 
+from stoker.core.crc import crc32
 from stoker.format.spec import JPEG_SOF_MARKERS
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -129,7 +130,7 @@ def check_png_decodes(data: bytes | memoryview) -> None:
             raise ValueError(f"PNG chunk {kind!r} at byte {position} runs past the end")
         body = view[position + 8 : end - 4]
         (crc,) = struct.unpack_from(">I", view, end - 4)
-        if zlib.crc32(body, zlib.crc32(kind)) != crc:
+        if crc32(body, crc32(kind)) != crc:
             raise ValueError(f"PNG chunk {kind!r} at byte {position} fails its CRC")
         if kind == b"IDAT":
             seen_data = True

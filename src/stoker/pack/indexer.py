@@ -5,11 +5,11 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from stoker.core.crc import crc32
 from stoker.errors import ShardFormatError, SourceError
 from stoker.format.foreign.wds_tar import refuse_compressed_names, scan_tar
 from stoker.format.index import DatasetIndex, read_index, write_index
@@ -95,7 +95,7 @@ def index_webdataset(
                     label,
                     sample.span_start,
                     sample.span_end - sample.span_start,
-                    zlib.crc32(span),
+                    crc32(span),
                 )
             )
         records.append(ShardRecord(name, len(data), hashlib.sha256(data).hexdigest(), samples))

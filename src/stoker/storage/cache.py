@@ -36,10 +36,10 @@ import os
 import shutil
 import struct
 import uuid
-import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
+from stoker.core.crc import crc32
 from stoker.core.metrics import Counters
 from stoker.core.perprocess import ForkSafeLock
 from stoker.storage.cache_claims import Claim, PageClaims
@@ -284,7 +284,7 @@ class DiskCache:
         tmp = self._tmp / f"{os.getpid()}-{uuid.uuid4().hex}"
         try:
             with open(tmp, "xb") as f:  # x: a new file, never through a link
-                f.write(_HEADER.pack(_MAGIC, len(data), zlib.crc32(data)))
+                f.write(_HEADER.pack(_MAGIC, len(data), crc32(data)))
                 f.write(data)
             with self._locked() as size_fd:
                 if not self._files.place(tmp, folder, name):
@@ -396,6 +396,6 @@ def _unwrap(data: bytes) -> bytes | None:
         return None
     magic, length, crc = _HEADER.unpack_from(data)
     payload = data[_HEADER.size :]
-    if magic != _MAGIC or length != len(payload) or zlib.crc32(payload) != crc:
+    if magic != _MAGIC or length != len(payload) or crc32(payload) != crc:
         return None
     return payload
