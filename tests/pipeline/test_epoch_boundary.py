@@ -14,6 +14,9 @@ from stoker.pipeline.order import OrderConfig
 from stoker.pipeline.transforms import RandomResizedCrop
 from stoker.testing.images import write_packed_images
 
+#: A training step's time: the next epoch's first reads, started as this epoch's last ones
+#: go out (a few batches before its end), come in over the steps of its last batches.
+STEP_S = 0.02
 OPTIONS = {
     "batch_size": 8,
     "transform": RandomResizedCrop(8),
@@ -47,7 +50,8 @@ def test_the_first_epochs_end_reads_and_decodes_the_next_ones_start(
         delivered = 0
         for batch in loader:  # the first epoch this loader runs
             delivered += len(batch["key"])
-        time.sleep(0.3)  # a step: what was started ahead completes
+            time.sleep(STEP_S)  # a training step, over which reads and decodes go on
+        time.sleep(0.3)  # the last step: what was started ahead completes
         stats = loader.stats().stages
         # Epoch 1's first read group is in, and its first batch decoded, before it is asked.
         assert stats[Stage.FETCH].calls == chunks + 1
