@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import Any, Unpack
 
 import torch
@@ -209,13 +211,13 @@ class StokerIterableDataset(IterableDataset[dict[str, Any]]):
         allow), while the others wait for it: the DataLoader asks for it first."""
         after = loader.state_dict()
         epoch, firsts = int(after["epoch"]), self._firsts
-        before: Any = None
-        made: Any = None
+        before: Callable[[threading.Event], object] | None = None
+        made: Callable[[], None] | None = None
         if info.num_workers > 1 and info.id == 0:
             loader.lead_next_epoch(min(info.num_workers * loader.num_threads, default_threads()))
-            made = lambda: firsts.made(epoch)  # noqa: E731  # even if none was made
+            made = partial(firsts.made, epoch)  # even if it makes none
         elif info.num_workers > 1:
-            before = lambda stop: firsts.wait(epoch, stop)  # noqa: E731
+            before = partial(firsts.wait, epoch)  # then the event that ends the wait
         batches = self._epoch(after, info)
         return NextEpoch(after, batches, ready=_share_tensors, before=before, after=made)
 
