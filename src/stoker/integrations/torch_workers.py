@@ -35,7 +35,30 @@ LEAD_WAIT_S = 5.0
 _POLL_S = 0.002
 
 
-class StartPoint:
+class SharedWithWorkers:
+    """A block of shared memory (``_shared``) that travels to a worker process when the
+    worker is started (spawned or forked); pickled at any other time, the object becomes a
+    private copy, made by ``__init__(**fields)`` from what :meth:`_copied` says."""
+
+    _shared: Any
+
+    def _copied(self) -> dict[str, Any]:
+        """The keyword arguments that make a private copy."""
+        raise NotImplementedError
+
+    def __getstate__(self) -> dict[str, Any]:
+        if get_spawning_popen() is not None:  # starting a worker: share the memory
+            return {"shared": self._shared}
+        return {"fields": self._copied()}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        if "shared" in state:
+            self._shared = state["shared"]
+        else:
+            self.__init__(**state["fields"])  # type: ignore[misc]  # a private copy
+
+
+class StartPoint(SharedWithWorkers):
     """Where the next iteration starts, shared with worker processes.
 
     Holds ``epoch``, ``resume`` (a :meth:`stoker.Loader.state_dict` to continue from, or
@@ -47,19 +70,11 @@ class StartPoint:
     def __init__(self, **fields: Any) -> None:
         # Lock-free: written only between iterations, read when one starts (the DataLoader
         # asks its workers to start after the write).
-        self._shared: Any = multiprocessing.get_context("spawn").RawArray("B", START_POINT_BYTES)
+        self._shared = multiprocessing.get_context("spawn").RawArray("B", START_POINT_BYTES)
         self._write({"epoch": 0, "resume": None, "max_events": None, **fields})
 
-    def __getstate__(self) -> dict[str, Any]:
-        if get_spawning_popen() is not None:  # starting a worker: share the memory
-            return {"shared": self._shared}
-        return {"fields": self.read()}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        if "shared" in state:
-            self._shared = state["shared"]
-        else:
-            self.__init__(**state["fields"])  # type: ignore[misc]  # a private copy
+    def _copied(self) -> dict[str, Any]:
+        return self.read()
 
     def read(self) -> dict[str, Any]:
         """The fields."""
@@ -89,27 +104,18 @@ class StartPoint:
         view[:_LENGTH_BYTES] = len(data).to_bytes(_LENGTH_BYTES, "little")
 
 
-class FirstBatches:
+class FirstBatches(SharedWithWorkers):
     """Which epoch's first batch worker 0 has made last, shared with the worker processes.
 
-    Worker 0 writes it (:meth:`made`), the other workers wait on it (:meth:`wait`). Like
-    :class:`StartPoint`, it travels to a worker when the worker is started.
+    Worker 0 writes it (:meth:`made`), the other workers wait on it (:meth:`wait`).
     """
 
     def __init__(self, epoch: int = -1) -> None:
-        self._shared: Any = multiprocessing.get_context("spawn").RawArray("q", 1)
+        self._shared = multiprocessing.get_context("spawn").RawArray("q", 1)
         self._shared[0] = epoch
 
-    def __getstate__(self) -> dict[str, Any]:
-        if get_spawning_popen() is not None:  # starting a worker: share the memory
-            return {"shared": self._shared}
+    def _copied(self) -> dict[str, Any]:
         return {"epoch": self._shared[0]}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        if "shared" in state:
-            self._shared = state["shared"]
-        else:
-            self.__init__(state["epoch"])  # type: ignore[misc]  # a private copy
 
     def made(self, epoch: int) -> None:
         """Worker 0 has made (or given up on) its first batch of ``epoch``."""
