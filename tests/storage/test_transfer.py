@@ -111,6 +111,21 @@ def test_unsafe_keys_never_escape_the_destination(tmp_path: Path) -> None:
     assert (tmp_path / "dst" / "fine.txt").read_bytes() == b"good"
 
 
+def test_an_object_named_like_a_partial_file_is_refused_not_lost(s3_bucket, tmp_path: Path) -> None:
+    # '.a.bin.stoker-partial' is where 'a.bin' is written until complete: downloaded
+    # together, one overwrote the other and the report said every object had arrived.
+    store = s3_bucket.store("data")
+    store.put("d/a.bin", b"alpha" * 1000)
+    store.put(f"d/.a.bin{PARTIAL_SUFFIX}", b"an object of its own")
+    store.put("d/b.bin", b"beta")
+    with pytest.raises(
+        TransferError, match=r"d/\.a\.bin\.stoker-partial.*rename the object"
+    ) as info:
+        download(store, tmp_path / "dst")
+    assert [key for key, _ in info.value.failures] == [f"d/.a.bin{PARTIAL_SUFFIX}"]
+    assert _tree(tmp_path / "dst") == {"d/a.bin": b"alpha" * 1000, "d/b.bin": b"beta"}
+
+
 @pytest.mark.parametrize("key", ["../x", "/abs", "a//b", "a/../../b", "nul\x00byte"])
 def test_safe_local_path_refuses(key: str, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="unsafe path"):

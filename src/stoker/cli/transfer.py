@@ -170,8 +170,9 @@ def download_command(
 
     Keys become paths relative to DST_DIR. A rerun skips files already complete (same size
     and modification time, or MD5 equal to the ETag); partial files are written as
-    .NAME.stoker-partial and renamed only when complete. Exits 1 if any object failed,
-    naming each, or if the store throttled every request for --max-throttled-s.
+    .NAME.stoker-partial and renamed only when complete (an object named so fails). Exits 1
+    if any object failed, naming each, or if the store throttled every request for
+    --max-throttled-s.
     """
     run = _prepare(ctx, src_url, "download", options)
     config = replace(run.config, max_throttled_s=max_throttled_s)

@@ -29,6 +29,7 @@ from stoker.storage.transfer.local import (
     local_is_current_async,
     partial_path,
     pwrite_all,
+    refuse_partial_name,
     remove_quietly,
     reserve,
     safe_local_path,
@@ -166,6 +167,7 @@ async def _download(
         partial: Path | None = None
         try:
             target = safe_local_path(dst, meta.key)
+            refuse_partial_name(meta.key, target)
             if config.resume and await local_is_current_async(target, meta, part_size):
                 report.files_skipped += 1
                 sink.advance(files=1, nbytes=meta.size)

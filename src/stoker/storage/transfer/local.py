@@ -38,6 +38,28 @@ def partial_path(path: Path) -> Path:
     return path.with_name(f".{path.name}{PARTIAL_SUFFIX}")
 
 
+def refuse_partial_name(key: str, path: Path) -> None:
+    """Refuse an object whose local name is the partial-file name of another
+    (``.NAME.stoker-partial``): its download and NAME's would write the same file, one
+    losing the other, and an upload never sends such a file.
+
+    Raises:
+        ValueError: Naming the object and the file it collides with.
+    """
+    name = path.name
+    if (
+        name.startswith(".")
+        and name.endswith(PARTIAL_SUFFIX)
+        and len(name) > len(PARTIAL_SUFFIX) + 1
+    ):
+        other = name[1 : -len(PARTIAL_SUFFIX)]
+        raise ValueError(
+            f"object key {key!r} is not downloaded: {name!r} is the name stoker writes "
+            f"{other!r} under until it is complete, so the two would overwrite each other; "
+            "rename the object"
+        )
+
+
 def local_is_current(path: Path, meta: ObjectMeta, *, part_size_bytes: int) -> bool:
     try:
         stat = path.stat()
