@@ -24,6 +24,7 @@ from stoker.errors import SourceError
 from stoker.storage.base import Store
 from stoker.storage.blocking import BlockingForms
 from stoker.storage.cache import DiskCache
+from stoker.storage.cached import store_endpoint
 from stoker.storage.wrapper import StoreWrapper
 
 _LISTING_VERSION = 2  # 2: keys no request can name are left out (issue 22.10)
@@ -106,8 +107,10 @@ class ListedStore(StoreWrapper, BlockingForms):
 
 
 def listing_key(store: Store) -> str:
-    """The disk-cache key of the listing of the folder ``store`` is rooted at."""
-    endpoint = store.options.endpoint_url or ""
+    """The disk-cache key of the listing of the folder ``store`` is rooted at: its
+    endpoint as resolved (:func:`~stoker.storage.cached.store_endpoint`), bucket and
+    prefix, so that a folder of one name at another endpoint is listed afresh."""
+    endpoint = store_endpoint(store)
     digest = hashlib.sha256(f"{endpoint}\n{store.url}".encode()).hexdigest()
     return f"folder-listing/v{_LISTING_VERSION}/{digest}"
 

@@ -95,6 +95,7 @@ class CachedStore(StoreWrapper, BlockingForms):
         self.cache = cache
         self.page_bytes = page_bytes
         self._objects: dict[str, tuple[str, int]] = dict(objects or {})
+        self._endpoint = store_endpoint(store)
         self._lock = ForkSafeLock()
         self._in_flight: dict[str, asyncio.Future[Page | None]] = {}
 
@@ -124,7 +125,8 @@ class CachedStore(StoreWrapper, BlockingForms):
         return range(start // self.page_bytes, (end - 1) // self.page_bytes + 1)
 
     def _page_key(self, path: str, version: str, page: int) -> str:
-        return f"{self.inner.url}\0{path}\0{version}\0{self.page_bytes}\0{page}"
+        where = f"{self._endpoint}\0{self.inner.url}"
+        return f"{where}\0{path}\0{version}\0{self.page_bytes}\0{page}"
 
     # -- cached reads ----------------------------------------------------------------------
 
@@ -389,6 +391,21 @@ class CachedStore(StoreWrapper, BlockingForms):
     async def delete_async(self, path: str) -> None:
         self._forget(path)
         await super().delete_async(path)
+
+
+def store_endpoint(store: Store) -> str:
+    """The endpoint ``store`` reads from (through any wrappers), for cache keys: one bucket
+    and prefix at two endpoints (a test server and production) are two stores, and an ETag
+    names a version at its own endpoint only. As resolved from the options,
+    ``AWS_ENDPOINT_URL`` or a profile, any password shown as ``***``; else the options'
+    ``endpoint_url`` or ``""`` (a store in memory)."""
+    seen = 0
+    while (inner := getattr(store, "inner", None)) is not None and seen < 16:
+        store, seen = inner, seen + 1
+    endpoint = getattr(store, "endpoint", None)
+    if isinstance(endpoint, str) and endpoint:
+        return endpoint
+    return store.options.endpoint_url or ""
 
 
 def cache_reads(

@@ -150,6 +150,12 @@ class ObstoreStore(BlockingForms):
     def options(self) -> StorageOptions:
         return self._options
 
+    @property
+    def endpoint(self) -> str:
+        """Where requests go, resolved from the options, the environment or a profile (a
+        local folder's path); any password in it shown as ``***``."""
+        return self._endpoint
+
     def __repr__(self) -> str:
         return (
             f"ObstoreStore({self.url!r}, endpoint={self._endpoint!r}, credentials={self._source!r})"
