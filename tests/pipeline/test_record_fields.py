@@ -11,6 +11,7 @@ import pytest
 
 from stoker import DecodeConfig, FieldsConfig
 from stoker.errors import StokerError
+from stoker.format.reader import open_dataset
 from stoker.pack.indexer import index_webdataset
 from stoker.pack.packer import pack
 from stoker.pipeline.loader import Loader
@@ -184,6 +185,31 @@ def test_every_field_by_default_without_images(arrays_url: str) -> None:
         (batch,) = list(loader)
     assert sorted(batch) == ["cls", "index", "key", "label", "npy", "txt"]
     np.testing.assert_array_equal(batch["cls"], [int(k[3:]) % 2 for k in batch["key"]])
+
+
+def test_members_named_key_and_label_are_kept_not_replaced(tmp_path: Path) -> None:
+    # The reader's own "key" and "label" used to overwrite these members without a word.
+    import webdataset as wds
+
+    with wds.TarWriter(str(tmp_path / "named-0000.tar")) as sink:
+        for i in range(4):
+            sink.write({"__key__": f"s{i}", "key": f"user-{i}", "label": str(i + 5), "cls": 1})
+    index_webdataset(tmp_path)
+    sample = open_dataset(str(tmp_path))[0]
+    assert (sample["key"], sample["label"]) == ("s0", 1)
+    assert (sample["key_member"], sample["label_member"]) == (b"user-0", b"5")
+    chosen = FieldsConfig(select={"user_key": "key", "user_label": "label"})
+    for fields, names in [
+        (None, ("key_member", "label_member")),
+        (chosen, ("user_key", "user_label")),
+    ]:
+        decode = DecodeConfig() if fields is None else DecodeConfig(fields=fields)
+        with Loader(str(tmp_path), batch_size=4, decode=decode) as loader:
+            (batch,) = list(loader)
+        numbers = [int(key[1:]) for key in batch["key"]]
+        assert batch[names[0]] == [f"user-{i}".encode() for i in numbers]
+        np.testing.assert_array_equal(batch[names[1]], [i + 5 for i in numbers])
+        np.testing.assert_array_equal(batch["label"], [1, 1, 1, 1])
 
 
 def test_a_transform_for_records_without_images_is_refused(arrays_url: str) -> None:

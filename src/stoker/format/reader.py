@@ -24,17 +24,36 @@ DEFAULT_MAX_GAP_BYTES = 1 << 20
 DEFAULT_MAX_RUN_BYTES = 64 << 20
 
 
+#: Entries of a sample dict that the reader fills itself (not members).
+SAMPLE_ENTRIES = ("key", "label")
+
+
+def member_entry(extension: str) -> str:
+    """The entry of a sample dict holding the member with this extension: the extension,
+    or ``<ext>_member`` for one the reader fills itself (a ``.key`` member is
+    ``"key_member"``: ``"key"`` is the sample's key)."""
+    return f"{extension}_member" if extension in SAMPLE_ENTRIES else extension
+
+
+def member_extension(entry: str) -> str:
+    """The member extension a sample dict's entry holds (the inverse of :func:`member_entry`)."""
+    stem = entry.removesuffix("_member")
+    return stem if stem != entry and stem in SAMPLE_ENTRIES else entry
+
+
 class ShardDataset:
     """A packed dataset opened for random access.
 
     Use :func:`open_dataset` to make one. Samples come back as dicts: ``"key"``,
     ``"label"`` (int, -1 for none) and one ``bytes`` entry per field extension
-    (``"jpg"``, ``"cls"``, ...). Every sample read is checked against its CRC-32 in the
-    index, so corrupted bytes raise :class:`~stoker.errors.CorruptShardError` naming the
-    shard and sample instead of reaching the caller. The first read of each shard also
-    checks the shard's size against the index (one HEAD request, concurrent with the read),
-    so a truncated or replaced shard, or an index copied from another dataset, is refused
-    as a whole. :meth:`verify` checks whole shards against their SHA-256.
+    (``"jpg"``, ``"cls"``, ...; a member named ``key`` or ``label`` comes under
+    ``"key_member"`` or ``"label_member"``, see :func:`member_entry`). Every sample read is
+    checked against its CRC-32 in the index, so corrupted bytes raise
+    :class:`~stoker.errors.CorruptShardError` naming the shard and sample instead of
+    reaching the caller. The first read of each shard also checks the shard's size against
+    the index (one HEAD request, concurrent with the read), so a truncated or replaced
+    shard, or an index copied from another dataset, is refused as a whole. :meth:`verify`
+    checks whole shards against their SHA-256.
 
     Args:
         store: Store rooted at the dataset.
@@ -157,6 +176,9 @@ class ShardDataset:
             )
         where = f"{self.url}/{shard}:{key}"
         sample: dict[str, Any] = dict(parse_members(span, where=where, verified=True))
+        for name in SAMPLE_ENTRIES:  # a member of that name is kept under another
+            if name in sample:
+                sample[member_entry(name)] = sample.pop(name)
         sample["key"] = key
         sample["label"] = int(self._index.label[i])
         return sample

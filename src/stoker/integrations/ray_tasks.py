@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from stoker.core.metrics import Stages
-from stoker.format.reader import ShardDataset, open_dataset
+from stoker.format.reader import ShardDataset, member_entry, member_extension, open_dataset
 from stoker.pipeline.batching import BatchAssembler
 from stoker.pipeline.config import DecodeConfig
 from stoker.pipeline.sources import DatasetSource
@@ -119,7 +119,8 @@ def raw_block(
 ) -> Any:
     names = list(members)
     for sample in samples:  # an index without field counts: the members found
-        names.extend(k for k, v in sample.items() if isinstance(v, bytes) and k not in names)
+        found = (member_extension(k) for k, v in sample.items() if isinstance(v, bytes))
+        names.extend(name for name in found if name not in names)
     columns: dict[str, Any] = {
         "index": pa.array(ids, type=pa.int64()),
         "epoch": pa.array(np.full(len(ids), epoch), type=pa.int64()),
@@ -131,7 +132,8 @@ def raw_block(
         ),
     }
     for name in names:
-        columns[MEMBER_PREFIX + name] = pa.array([s.get(name) for s in samples], type=pa.binary())
+        entry = member_entry(name)
+        columns[MEMBER_PREFIX + name] = pa.array([s.get(entry) for s in samples], type=pa.binary())
     return pa.table(columns)
 
 
@@ -185,7 +187,7 @@ def raw_samples(block: Any) -> list[dict[str, Any]]:
     ]
     for name in block.column_names:
         if name.startswith(MEMBER_PREFIX):
-            member = name[len(MEMBER_PREFIX) :]
+            member = member_entry(name[len(MEMBER_PREFIX) :])
             for sample, value in zip(raw, block.column(name).to_pylist(), strict=True):
                 if value is not None:
                     sample[member] = value

@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from stoker.format.reader import member_entry, member_extension
 from stoker.format.records import (
     FIELD_DECODERS,
     FieldDecoder,
@@ -148,8 +149,9 @@ def decode_fields(
     """The batch fields of one sample, decoded and transformed.
 
     Args:
-        sample: The sample's members by extension (``bytes``), and the loader's own
-            entries (``key``, ``label``, ...), which are not members.
+        sample: The sample's members (``bytes``) by entry (see
+            :func:`~stoker.format.reader.member_entry`), and the loader's own entries
+            (``key``, ``label``, ...), which are not members.
         config: Which fields, and how.
         skip: Member extensions handled elsewhere (the image the transform works on).
 
@@ -162,12 +164,15 @@ def decode_fields(
     if chosen is None:
         chosen = {
             batch_name(ext): (ext,)
-            for ext, value in sample.items()
-            if ext not in skip and isinstance(value, bytes | bytearray | memoryview)
+            for ext in (
+                member_extension(entry)
+                for entry, value in sample.items()
+                if entry not in skip and isinstance(value, bytes | bytearray | memoryview)
+            )
         }
     out: dict[str, Any] = {}
     for name, alternatives in chosen.items():
-        ext = next((a for a in alternatives if a in sample), None)
+        ext = next((a for a in alternatives if member_entry(a) in sample), None)
         if ext is None:
             if config.missing == "none":
                 out[name] = None
@@ -176,7 +181,7 @@ def decode_fields(
             members = sorted(k for k, v in sample.items() if isinstance(v, bytes | memoryview))
             raise MissingField(f"no field {name!r} (member {wanted}; the sample has {members})")
         try:
-            value = decoder_for(ext, config.decoders)(sample[ext])
+            value = decoder_for(ext, config.decoders)(sample[member_entry(ext)])
             transform = config.transforms.get(name)
             if transform is not None:
                 value = transform(value)

@@ -20,6 +20,7 @@ import numpy as np
 from PIL import Image
 
 from stoker.core.units import format_bytes
+from stoker.format.reader import member_extension
 from stoker.format.spec import IMAGE_FIELD_NAMES
 from stoker.pipeline.fields import FIELD_DECODERS, batch_name, decoder_for, keep_bytes
 
@@ -93,7 +94,7 @@ def summarise_fields(
     for sample in read:
         for name, value in sample.items():
             if name not in _LOADER_FIELDS and isinstance(value, bytes | bytearray | memoryview):
-                members.setdefault(name, []).append(bytes(value))
+                members.setdefault(member_extension(name), []).append(bytes(value))
     images = [name for name in IMAGE_FIELD_NAMES if name in members]
     return [
         _summary(
