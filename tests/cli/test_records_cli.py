@@ -161,3 +161,26 @@ def test_show_without_images_prints_the_fields_of_the_first_samples(
             assert f'  txt: "{expected["txt"]}"' in block
         else:
             assert "  txt: (none: the sample lacks it)" in block
+
+
+def test_class_names_and_captions_reach_the_terminal_escaped(tmp_path: Path) -> None:
+    # Class names come from whoever wrote the dataset: a terminal escape in one recoloured
+    # the terminal, and rich read "[bold]" as markup.
+    import webdataset as wds
+
+    root = tmp_path / "hostile"
+    root.mkdir()
+    with wds.TarWriter(str(root / "records-0000.tar")) as sink:
+        for i in range(4):
+            sink.write({"__key__": f"doc{i}", "txt": "\x1b]0;pwned\x07caption", "cls": i % 2})
+    index_webdataset(root, class_names=["\x1b[31mred\x1b[0m", "[bold]blue[/bold]\r\x9b2K"])
+    for args in [("inspect", str(root)), ("show", str(root), "--out", str(tmp_path / "g.png"))]:
+        result = _run(*args)
+        assert result.exit_code == 0, result.output
+        assert not {"\x1b", "\x07", "\r", "\x9b"} & set(result.output), result.output
+        if args[0] == "inspect":
+            assert "\\x1b[31mred\\x1b[0m" in result.output
+            assert "[bold]blue[/bold]\\r\\x9b2K" in result.output
+        else:
+            assert "(class \\x1b[31mred\\x1b[0m)" in result.output
+            assert "pwned" in result.output

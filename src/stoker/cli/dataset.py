@@ -12,7 +12,7 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 
-from stoker.cli.common import handle_errors
+from stoker.cli.common import handle_errors, printable
 from stoker.cli.common import storage_options as _storage
 from stoker.cli.inspect import LABEL_MIX_BATCH, inspect_command
 from stoker.cli.params import ByteSize
@@ -247,7 +247,7 @@ def pack_command(
     if report.skipped:
         click.echo(f"Skipped {len(report.skipped)} inputs (listed in index.json):", err=True)
         for item in report.skipped[:20]:
-            click.echo(f"  {item['source']}: {item['reason']}", err=True)
+            click.echo(f"  {printable(item['source'])}: {printable(item['reason'])}", err=True)
 
 
 @click.command("verify")

@@ -6,9 +6,10 @@ import json
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-from stoker.cli.common import handle_errors
+from stoker.cli.common import handle_errors, printable
 from stoker.cli.common import storage_options as _storage
 from stoker.cli.tokens import inspect_tokens
 from stoker.core.units import format_bytes
@@ -90,14 +91,14 @@ def inspect_command(
         return
     console = Console()
     console.print(
-        f"[bold]{dataset.url}[/]: {len(dataset):,} samples in {len(dataset.shards)} "
+        f"[bold]{_shown(dataset.url)}[/]: {len(dataset):,} samples in {len(dataset.shards)} "
         f"shards, {format_bytes(total_bytes)}; {len(index.skipped)} inputs skipped at "
         "pack time"
     )
     console.print(_field_table(fields, read=min(field_samples, len(dataset))))
     table = Table("class", "samples")
     for name, count in classes.items():
-        table.add_row(name, f"{count:,}")
+        table.add_row(_shown(name), f"{count:,}")
     console.print(table)
     if mix.batches:
         console.print(
@@ -116,7 +117,7 @@ def inspect_command(
     shards = Table("shard", "samples", "bytes", "sha256")
     for entry in dataset.shards[:50]:
         shards.add_row(
-            entry.name, f"{entry.samples:,}", format_bytes(entry.size), entry.sha256[:16]
+            _shown(entry.name), f"{entry.samples:,}", format_bytes(entry.size), entry.sha256[:16]
         )
     console.print(shards)
     if len(dataset.shards) > 50:
@@ -141,14 +142,20 @@ def _field_table(fields: list[FieldSummary], *, read: int) -> Table:
         elif f.read < read:
             values += f" ({f.read} of {read} have it)"
         table.add_row(
-            f.field,
+            _shown(f.field),
             "?" if f.samples is None else f"{f.samples:,}",
             f.decoded_as,
-            f.batch_name,
+            _shown(f.batch_name),
             "-" if f.mean_bytes is None else format_bytes(round(f.mean_bytes)),
-            values,
+            _shown(values),
         )
     return table
+
+
+def _shown(text: str) -> str:
+    """``text`` from the dataset (a class name, a caption) as rich prints it literally:
+    control characters escaped (they could drive the terminal), markup escaped."""
+    return escape(printable(text))
 
 
 #: Batch size at which `stoker inspect` measures the default order's label mix.

@@ -11,7 +11,7 @@ import json
 import click
 
 from stoker.cli.bench import bench_command
-from stoker.cli.common import handle_errors
+from stoker.cli.common import handle_errors, printable
 from stoker.cli.common import storage_options as _storage
 from stoker.cli.loader_options import (
     IMAGE_BATCH,
@@ -63,11 +63,13 @@ def show_command(
             samples = describe_samples(loader, GRID_CELLS)
         fields = ", ".join(source.index.fields)
         click.echo(
-            f"{url} has no images (fields {fields}): no grid written; the fields of "
-            f"{len(samples)} samples as the Loader's batches carry them:"
+            printable(
+                f"{url} has no images (fields {fields}): no grid written; the fields of "
+                f"{len(samples)} samples as the Loader's batches carry them:"
+            )
         )
-        for lines in samples:
-            click.echo("\n".join(lines))
+        for lines in samples:  # keys, class names and captions may hold control characters
+            click.echo("\n".join(printable(line) for line in lines))
         return
     with open_loader(
         ctx, source, batch_size=GRID_CELLS, seed=seed, transform_kind=transform_kind, size=size
