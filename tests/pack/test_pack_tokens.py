@@ -133,6 +133,16 @@ def _bad_folder(root: Path) -> dict[str, str]:
     return {key: reason for key, (_, reason) in bad.items()}
 
 
+@pytest.mark.parametrize(
+    "wrong", [{"eos_id": True}, {"vocab_size": False}, {"eos_id": 2.0}, {"workers": True}]
+)
+def test_a_bool_or_float_is_not_an_id(wrong: dict[str, Any], tmp_path: Path) -> None:
+    # eos_id=True packed (True == 1 to Python) a dataset whose index could not be read.
+    ((name, value),) = wrong.items()
+    with pytest.raises(TypeError, match=f"{name} must be an int, got {value!r}"):
+        TokenPackConfig(**wrong)
+
+
 def test_bad_documents_are_named_or_skipped_and_listed(tmp_path: Path) -> None:
     reasons = _bad_folder(tmp_path / "in")
     config = TokenPackConfig(vocab_size=900)

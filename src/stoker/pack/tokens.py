@@ -93,6 +93,11 @@ class TokenPackConfig:
     workers: int = 32
 
     def __post_init__(self) -> None:
+        for name in ("eos_id", "vocab_size", "shuffle_seed", "max_shard_bytes", "workers"):
+            value = getattr(self, name)
+            # True is an int to Python, but not an id: it packed a dataset nothing could open.
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise TypeError(f"{name} must be an int, got {value!r}")
         if self.vocab_size is not None and not 1 <= self.vocab_size <= _UINT32_MAX + 1:
             raise ValueError(f"vocab_size must be between 1 and 2**32, got {self.vocab_size}")
         if self.eos_id is not None and not 0 <= self.eos_id <= _UINT32_MAX:
