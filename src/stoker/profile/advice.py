@@ -20,7 +20,7 @@ from PIL import Image
 from stoker.core.metrics import Stage, StageTotals
 from stoker.core.units import format_bytes
 from stoker.format.foreign.locations import is_remote
-from stoker.pipeline.folder import FolderSource, pack_command
+from stoker.pipeline.folder import PACKED_SPEEDUP, FolderSource, pack_command
 from stoker.pipeline.loader import Loader
 from stoker.pipeline.transforms import PlannedTransform
 from stoker.profile.diagnosis import PHASE_NAMES
@@ -87,7 +87,7 @@ def advise(diagnosis: Diagnosis, loader: Loader, *, advice_for: AdviceFor = "pyt
         ]
     first = _epoch_start_advice(d) + _unsaturated_advice(d, loader, advice_for)
     if bottleneck == "store":
-        return first + _store_advice(d, loader, advice_for)
+        return _folder_advice(d, loader) + first + _store_advice(d, loader, advice_for)
     if bottleneck == "decode":
         return first + _decode_advice(d, loader, advice_for)
     transform = d.stages.get(Stage.TRANSFORM, empty)
@@ -204,6 +204,27 @@ def _decode_advice(d: Diagnosis, loader: Loader, advice_for: AdviceFor) -> list[
     return advice
 
 
+def _folder_advice(d: Diagnosis, loader: Loader) -> list[str]:
+    """The first advice when reads bound an unpacked folder: say so, and how to pack it."""
+    source = loader.source
+    if not isinstance(source, FolderSource):
+        return []
+    gets = d.requests.get("requests.get", 0)
+    size = d.requests.get("bytes.read", 0) / max(gets, 1)
+    measured = (
+        f" ({gets:,} GETs of {format_bytes(size)} on average, "
+        f"{gets / max(d.seconds, 1e-9):,.0f} a second)"
+        if gets
+        else ""
+    )
+    return [
+        f"Reads bound this run: {source.url} is an unpacked folder, read with one GET per "
+        f"image{measured}. Pack it with `{pack_command(source.url)}` and point the loader "
+        "at the packed copy: its shards are read with ranged GETs of many images each "
+        f"(streamed {PACKED_SPEEDUP} in benchmarks/loader.py).",
+    ]
+
+
 def _store_advice(d: Diagnosis, loader: Loader, advice_for: AdviceFor) -> list[str]:
     fetch = d.stages.get(Stage.FETCH, StageTotals())
     latency = fetch.seconds / max(fetch.calls, 1)
@@ -240,12 +261,8 @@ def _store_advice(d: Diagnosis, loader: Loader, advice_for: AdviceFor) -> list[s
         )
         + chosen,
     ]
-    if isinstance(loader.source, FolderSource):  # one GET per image, whatever the blocks
-        advice.append(
-            f"Pack the folder: `{pack_command(loader.source.url)}` stores its images in "
-            "shards read with ranged GETs of many images each (now one GET per image)."
-        )
-    elif per_fetch < 4_000_000:
+    folder = isinstance(loader.source, FolderSource)  # one GET per image: _folder_advice
+    if not folder and per_fetch < 4_000_000:
         bigger = max(loader.order_config.blocks * 4, 1)
         setting = _pick(
             advice_for, f"Loader(order=OrderConfig(block_size={bigger}))", f"--block-size {bigger}"
@@ -254,7 +271,7 @@ def _store_advice(d: Diagnosis, loader: Loader, advice_for: AdviceFor) -> list[s
             f"Bigger reads: {setting} (now {loader.order_config.blocks} samples per ranged "
             "GET) pays each round trip for more bytes."
         )
-    local_folder = isinstance(loader.source, FolderSource) and not is_remote(loader.source.url)
+    local_folder = folder and not is_remote(loader.source.url)
     if loader.dataset.store.cache is None and not local_folder:  # local files: no cache
         cache = _pick(advice_for, "Loader(cache=CacheConfig(dir=...))", "--cache-dir DIR")
         advice.append(

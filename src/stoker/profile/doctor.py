@@ -10,7 +10,10 @@ the loader's own stage timings:
    something: the store (``wait.fetch``: a read group's requests have not come back), the
    decode threads (``wait.decode``, split between decoding and a user transform by their
    thread time) or assembling the batch (``collate``). The largest of these names the
-   bottleneck. This attribution needs no model of the machine, so it holds on busy cores.
+   bottleneck, except decoding on idle threads behind a store with requests in flight
+   most of the time: reads that arrive just in time leave every batch's decoding to wait
+   for, and the reads are the bound. This attribution needs no model of the machine, so
+   it holds on busy cores.
 3. Where the waits fell: at the run's first batch, at the start of each later epoch (its
    first :data:`EPOCH_START_BATCHES` batches, at most a quarter of the epoch: a pipeline
    that drains between epochs waits
@@ -55,6 +58,9 @@ INPUT_BOUND_SHARE = 0.10
 EPOCH_START_BATCHES = 5
 #: A resource busy at least this share of the time is saturated.
 SATURATED = 0.7
+#: The share of the waits on the store that names it the bound when the decoders, waited
+#: on longer, were idle and requests in flight all along (see ``_bound``).
+STORE_SHARE = 0.2
 #: The longest simulated step: an hour (a measurement waits for several).
 MAX_STEP_S = 3600
 
@@ -264,6 +270,26 @@ def _saturation(bottleneck: Bottleneck, load: dict[str, float]) -> tuple[bool | 
     return None, ""
 
 
+def _bound(waits: dict[Bottleneck, float], load: dict[str, float]) -> Bottleneck:
+    """The stage that bounds the pipeline: the one waited on longest, unless that is
+    decoding with its threads idle most of the time while requests were in flight most of
+    it and the store was waited on too (at least :data:`STORE_SHARE` of the waits).
+
+    A batch whose reads arrive just in time is decoded only then, so the loop waits for its
+    decoding after every read: on a store that bounds the run, ``wait.decode`` can pass
+    ``wait.fetch`` with decoders 15% busy (an unpacked folder, one GET per image). Decoders
+    that are idle are not what holds the batches back; the reads are.
+    """
+    top = max(waits, key=lambda k: waits[k])
+    if top != "decode" or load["store"] < SATURATED:
+        return top
+    decode_saturated, _ = _saturation("decode", load)
+    waited = sum(waits.values())
+    if decode_saturated or waited <= 0 or waits["store"] < STORE_SHARE * waited:
+        return top
+    return "store"
+
+
 def _request_rates(loader: Loader) -> dict[str, float]:
     """The shaped rate of each prefix of the loader's datasets that was throttled."""
     rates: dict[str, float] = {}
@@ -324,7 +350,7 @@ def _conclude(loader: Loader, advice_for: AdviceFor, m: _Measured) -> Diagnosis:
         bottleneck = "consumer"
         verdict = "compute-bound"
     else:
-        bottleneck = max(waits, key=lambda k: waits[k])
+        bottleneck = _bound(waits, load)
         saturated, busy = _saturation(bottleneck, load)
         notes = ["at epoch starts"] if at_starts else []
         if saturated is False:
