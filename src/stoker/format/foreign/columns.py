@@ -13,24 +13,31 @@ import importlib
 import io
 import json
 import re
-from collections.abc import Sequence
+import warnings
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Literal
 
 import numpy as np
+from PIL import Image
 
 from stoker.errors import SourceError
+from stoker.format.imaging import PILLOW_ERRORS, pillow_problem
 from stoker.format.spec import sniff_image_extension
 
-ColumnKind = Literal["binary", "media", "text", "label", "json", "array"]
+ColumnKind = Literal["binary", "media", "text", "label", "label_name", "json", "array"]
 
 #: Columns whose images are named by their extension alone (``jpg``, not ``image.jpg``).
 IMAGE_COLUMNS = ("image", "img", "jpg", "jpeg", "png", "webp")
 #: Columns whose strings are the sample's ``txt``.
 TEXT_COLUMNS = ("txt", "text", "caption")
-#: Integer columns that are the sample's label (the first one found, in column order).
+#: Integer or string columns that are the sample's label (the first one found, in column
+#: order); strings are class names.
 LABEL_COLUMNS = ("label", "cls", "class", "target")
+
+#: Member extensions of Pillow's formats whose name is not one.
+_PILLOW_EXTENSIONS = {"JPEG": "jpg", "TIFF": "tiff", "JPEG2000": "jp2", "MPO": "jpg"}
 
 _UNSAFE = re.compile(r"[^a-z0-9_-]")
 _SUFFIX = re.compile(r"^[a-z0-9]{1,10}$")
@@ -93,11 +100,10 @@ def plan_columns(schema: Any, *, where: str) -> list[ColumnRule]:
             short = lowered in IMAGE_COLUMNS and not have_image
             have_image = have_image or short
             rules.append(ColumnRule(name, kind, stem, short))
-        elif (
-            pa.types.is_string(arrow_type)
-            or pa.types.is_large_string(arrow_type)
-            or (pa.types.is_string_view(arrow_type))
-        ):
+        elif _is_string(pa, arrow_type) and lowered in LABEL_COLUMNS and not have_label:
+            have_label = True
+            rules.append(ColumnRule(name, "label_name", stem, True))
+        elif _is_string(pa, arrow_type):
             short = lowered in TEXT_COLUMNS and not have_text
             have_text = have_text or short
             rules.append(ColumnRule(name, "text", stem, short))
@@ -136,17 +142,25 @@ def plain_array(column: Any) -> Any:
             return array
 
 
-def row_label(rules: Sequence[ColumnRule], arrays: Sequence[Any], row: int) -> int:
-    """The row's label, or -1 if it has none (no label column, or null)."""
-    for rule, array in zip(rules, arrays, strict=True):
-        if rule.kind == "label":
-            value = array[row].as_py()
-            return -1 if value is None else int(value)
-    return -1
+def label_number(name: str, label_index: Mapping[str, int] | None) -> int:
+    """The label of a class name.
+
+    Raises:
+        ValueError: A name that is not one of the classes.
+    """
+    number = (label_index or {}).get(name)
+    if number is None:
+        raise ValueError(f"label {name[:80]!r} is not one of the class names")
+    return number
 
 
 def row_members(
-    rules: Sequence[ColumnRule], arrays: Sequence[Any], row: int, *, where: str
+    rules: Sequence[ColumnRule],
+    arrays: Sequence[Any],
+    row: int,
+    *,
+    where: str,
+    label_index: Mapping[str, int] | None = None,
 ) -> dict[str, bytes]:
     """The members of one row: member name -> bytes, in column order; nulls give none.
 
@@ -155,11 +169,13 @@ def row_members(
         arrays: The row group's columns, each from :func:`plain_array`.
         row: Row number inside the row group.
         where: The file and sample, for messages.
+        label_index: Label of each class name, for a column of string labels.
 
     Raises:
         SourceError: A value that cannot become its member (a ragged or null-holding
-            array, bytes inside a nested value, an image struct with no bytes, two
-            members of one name), naming the column.
+            array, bytes inside a nested value, an image struct with no bytes, bytes
+            that are no image in a column of images, a class name that is none of the
+            classes, two members of one name), naming the column.
     """
     pa = import_pyarrow()
     members: dict[str, bytes] = {}
@@ -168,7 +184,7 @@ def row_members(
         if not scalar.is_valid:
             continue
         try:
-            name, data = _member(pa, rule, scalar)
+            name, data = _member(pa, rule, scalar, label_index)
         except (TypeError, ValueError, UnicodeDecodeError) as exc:
             raise SourceError(f"{where}, column {rule.column!r}: {exc}") from exc
         if name in members:
@@ -179,9 +195,13 @@ def row_members(
     return members
 
 
-def _member(pa: ModuleType, rule: ColumnRule, scalar: Any) -> tuple[str, bytes]:
+def _member(
+    pa: ModuleType, rule: ColumnRule, scalar: Any, label_index: Mapping[str, int] | None
+) -> tuple[str, bytes]:
     if rule.kind == "label":
         return "cls", str(int(scalar.as_py())).encode()
+    if rule.kind == "label_name":
+        return "cls", str(label_number(scalar.as_py(), label_index)).encode()
     if rule.kind == "text":
         return ("txt" if rule.short else f"{rule.stem}.txt"), scalar.as_py().encode("utf-8")
     if rule.kind == "array":
@@ -207,7 +227,27 @@ def _binary_member(rule: ColumnRule, data: bytes, *, path: str | None) -> tuple[
     _, dot, suffix = (path or "").rsplit("/", 1)[-1].rpartition(".")
     if dot and _SUFFIX.match(suffix.lower()):  # audio.flac, audio.wav, ...
         return f"{rule.stem}.{suffix.lower()}", data
+    if rule.short:  # a column of images (by its name): bytes that are none are an error
+        return _pillow_extension(data), data
     return f"{rule.stem}.bin", data
+
+
+def _pillow_extension(data: bytes) -> str:
+    """The extension of an image Pillow reads (GIF, BMP, TIFF, ...), from its header.
+
+    Raises:
+        ValueError: The bytes are no image Pillow reads.
+    """
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with Image.open(io.BytesIO(data)) as image:
+                kind = str(image.format or "")
+    except PILLOW_ERRORS as exc:
+        raise ValueError(
+            f"a column of images holds a value that is no image: {pillow_problem(data, exc)}"
+        ) from None
+    return _PILLOW_EXTENSIONS.get(kind, kind.lower() or "bin")
 
 
 def _ndarray(pa: ModuleType, values: Any) -> np.ndarray[Any, Any]:
@@ -258,6 +298,14 @@ def _numeric_lists(pa: Any, arrow_type: Any) -> bool:
         pa.types.is_integer(arrow_type)
         or pa.types.is_floating(arrow_type)
         or pa.types.is_boolean(arrow_type)
+    )
+
+
+def _is_string(pa: Any, arrow_type: Any) -> bool:
+    return bool(
+        pa.types.is_string(arrow_type)
+        or pa.types.is_large_string(arrow_type)
+        or pa.types.is_string_view(arrow_type)
     )
 
 

@@ -23,10 +23,14 @@ from stoker.format.foreign.columns import (
     import_pyarrow,
     plain_array,
     plan_columns,
-    row_label,
     row_members,
 )
 from stoker.format.foreign.locations import LocationReader, ObjectFile, is_remote
+from stoker.format.foreign.parquet_labels import (
+    check_rows,
+    class_index,
+    numbered,
+)
 from stoker.format.foreign.rowgroups import DEFAULT_CACHE_BYTES, RowGroupCache
 from stoker.storage import StorageOptions, parse_url
 from stoker.storage.base import key_problem
@@ -52,7 +56,9 @@ class ParquetReader:
 
     - binary, whose values are images (by their bytes: JPEG, PNG, WebP): ``jpg``,
       ``png`` or ``webp`` for a column named image, img, jpg, jpeg, png or webp (the first
-      such), else ``COLUMN.jpg`` ...; other bytes are ``COLUMN.bin``;
+      such), else ``COLUMN.jpg`` ...; other bytes are ``COLUMN.bin``, except in that
+      column of images, where an image Pillow reads is named by its format (``gif``) and
+      anything else is an error naming the row;
     - the Hugging Face image and audio struct ``{bytes, path}``: its bytes, named as
       binary is, except that bytes that are no image take the extension of ``path``
       (``audio.flac``); a struct with a path and no bytes (not embedded) is an error;
@@ -61,6 +67,8 @@ class ParquetReader:
     - integer, named label, cls, class or target (the first such): the sample's label,
       and its ``cls`` member; class names come from the Hugging Face ``ClassLabel`` in
       the file's metadata unless given;
+    - string, named so: class names, the label each one's place among those given, else
+      among the column's distinct values sorted (as an image folder's class folders);
     - lists of numbers (nested lists too, or fixed-size lists): ``COLUMN.npy``, the
       row's array in the column's dtype (``np.save``, no pickle); a ragged nested list or
       one holding nulls is an error;
@@ -74,6 +82,9 @@ class ParquetReader:
     cache of ``cache_bytes`` per process; a row group pushed out is decoded again when
     one of its rows is next asked for (:meth:`refs` warns when the input is larger than
     the cache).
+
+    A file whose footer claims more rows than it could hold (see
+    :mod:`~stoker.format.foreign.parquet_labels`) is refused before a row is read.
 
     Args:
         location: A ``.parquet`` file or object, or a folder or bucket prefix of them.
@@ -103,6 +114,7 @@ class ParquetReader:
         self._files: list[tuple[str, str]] | None = None  # (location, relative name)
         self._rules: list[ColumnRule] | None = None
         self._names: tuple[str, ...] = ()
+        self._label_index: dict[str, int] | None = None  # for a column of string labels
         self._counts = ""
         self._handles: dict[str, tuple[Any, threading.Lock]] = {}
         self._handles_lock = threading.Lock()
@@ -132,6 +144,8 @@ class ParquetReader:
         if self._given_names is not None:
             return self._given_names
         self._column_rules()
+        if self._string_labels():
+            self._class_index()
         return self._names
 
     @property
@@ -155,18 +169,17 @@ class ParquetReader:
         """One reference per row, file by file, in row order.
 
         Raises:
-            SourceError: A file is unreadable, files differ in schema, two files give one
-                key, a label is below -1, or there are no rows.
+            SourceError: A file is unreadable or claims more rows than it could hold,
+                files differ in schema, two files give one key, a label is below -1 or a
+                class name is none of those given, or there are no rows.
         """
         files = self._listed()
-        rules = self._column_rules()
+        self._column_rules()
         first = files[0][0]
         schema = self._open(first)[0].schema_arrow
-        refs: list[SampleRef] = []
         stems: dict[str, str] = {}
-        decoded_bytes = groups = 0
         for location, name in files:
-            parquet, lock = self._open(location)
+            parquet = self._open(location)[0]
             if not parquet.schema_arrow.equals(schema, check_metadata=False):
                 raise SourceError(
                     f"{location}: its columns differ from {first}'s: "
@@ -176,8 +189,12 @@ class ParquetReader:
             if stem in stems:
                 raise SourceError(f"{location} and {stems[stem]} give the same keys ({stem}_...)")
             stems[stem] = location
-            labels = self._labels(parquet, lock, rules, location)
-            metadata = parquet.metadata
+            check_rows(location, self._size(location), parquet.metadata)
+        refs: list[SampleRef] = []
+        decoded_bytes = groups = 0
+        for (location, _), stem in zip(files, stems, strict=True):
+            labels = self._numbered_labels(location)
+            metadata = self._open(location)[0].metadata
             row = 0
             for group in range(metadata.num_row_groups):
                 info = metadata.row_group(group)
@@ -223,10 +240,11 @@ class ParquetReader:
         if not arrays or not 0 <= row < len(arrays[0]):
             raise SourceError(f"{ref.location}: sample {ref.key!r} names no row of the file")
         where = f"{ref.location}: sample {ref.key!r} (row group {group}, row {row})"
-        members = row_members(rules, arrays, row, where=where)
+        index = self._class_index() if self._string_labels() else None
+        members = row_members(rules, arrays, row, where=where, label_index=index)
         if not members:
             raise SourceError(f"{where}: every column is null")
-        return Sample(ref.key, members, row_label(rules, arrays, row))
+        return Sample(ref.key, members, int(members["cls"]) if "cls" in members else -1)
 
     def _listed(self) -> list[tuple[str, str]]:
         if self._files is None:
@@ -264,25 +282,47 @@ class ParquetReader:
         arrays: list[Any] = self._cache.get((location, group), load)
         return arrays
 
-    def _labels(
-        self, parquet: Any, lock: threading.Lock, rules: list[ColumnRule], location: str
-    ) -> list[int] | None:
-        column = next((rule.column for rule in rules if rule.kind == "label"), None)
-        if column is None:
+    def _string_labels(self) -> bool:
+        return any(rule.kind == "label_name" for rule in self._column_rules())
+
+    def _label_column(self, location: str) -> tuple[str, list[Any]] | None:
+        """The label column's name and values in one file (None: no label column)."""
+        rule = next((r for r in self._column_rules() if r.kind in ("label", "label_name")), None)
+        if rule is None:
             return None
+        parquet, lock = self._open(location)
         with lock:
             try:
-                table = parquet.read(columns=[column])
+                table = parquet.read(columns=[rule.column])
             except (OSError, ValueError, import_pyarrow().ArrowException) as exc:
-                raise SourceError(f"{location}: cannot read column {column!r}: {exc}") from exc
-        values: list[int] = plain_array(table.column(0)).fill_null(-1).to_pylist()
-        low = min(values, default=-1)
-        if low < -1:
-            raise SourceError(
-                f"{location}: label {low} in column {column!r}, row {values.index(low)}, is "
-                "below -1 (no label)"
+                raise SourceError(f"{location}: cannot read column {rule.column!r}: {exc}") from exc
+        return rule.column, plain_array(table.column(0)).to_pylist()
+
+    def _class_index(self) -> dict[str, int]:
+        """The label of each class name of a column of string labels (read once)."""
+        if self._label_index is None:
+            columns = (
+                []
+                if self._given_names is not None
+                else [c[1] for c in map(self._label_column, self.files()) if c is not None]
             )
-        return values
+            names = class_index(self._given_names, columns)
+            if self._given_names is None:
+                self._names = tuple(names)
+            self._label_index = {name: label for label, name in enumerate(names)}
+        return self._label_index
+
+    def _numbered_labels(self, location: str) -> list[int] | None:
+        column = self._label_column(location)
+        if column is None:
+            return None
+        index = self._class_index() if self._string_labels() else None
+        return numbered(location, column[0], column[1], index)
+
+    def _size(self, location: str) -> int:
+        if location in self._objects:
+            return self._objects[location][2]
+        return Path(location.removeprefix("file://")).stat().st_size
 
     def _open(self, location: str) -> tuple[Any, threading.Lock]:
         with self._handles_lock:
