@@ -231,8 +231,9 @@ def _worker_main(
         try:
             task = tasks.get(timeout=_POLL_S)
         except queue.Empty:
-            if os.getppid() != parent:
-                return  # the parent is gone: nobody will read our results
+            if os.getppid() != parent:  # the parent is gone: nobody will read our results,
+                results.cancel_join_thread()  # so exit without flushing them into the pipe
+                return
             continue
         if task is None:
             return
@@ -299,6 +300,10 @@ class ProcessDecoder:
         arena_bytes = slots * self.slot_bytes
         context = mp.get_context("spawn")
         self._tasks: Any = context.Queue(maxsize=queue_depth)
+        # A script that never calls close() must still exit: at exit multiprocessing ends
+        # the (daemon) workers, then waits for this queue's feeder thread, which would write
+        # tasks queued ahead (the next epoch's, read ahead) into a pipe nobody reads anymore.
+        self._tasks.cancel_join_thread()
         self._results: Any = context.Queue()
         self._next_task = 0
         self._workers: list[BaseProcess] = []
