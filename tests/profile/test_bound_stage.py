@@ -84,6 +84,16 @@ def test_idle_decoders_behind_a_busy_store_are_not_the_bound(folder: str) -> Non
     assert sum("stoker pack" in line for line in d.advice) == 1, text
 
 
+def test_a_loaded_machine_does_not_make_idle_decoders_the_bound(
+    folder: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A local test server and proxy load the machine past its cores (load 3 per core): the
+    # decoders' own measures are still idle, and the reads were in flight all along.
+    monkeypatch.setattr(os, "getloadavg", lambda: (6.0, 6.0, 6.0))
+    d = _conclude_on(folder, _measured(decode_s=1.2, wait_decode_s=1.1, wait_fetch_s=0.8))
+    assert d.verdict == "input-bound: store", format_diagnosis(d)
+
+
 def test_busy_decoders_stay_the_bound(folder: str) -> None:
     # The same waits with decode threads 90% busy: decoding is the bound, and no pack advice.
     d = _conclude_on(folder, _measured(decode_s=7.2, wait_decode_s=1.1, wait_fetch_s=0.8))
