@@ -74,5 +74,5 @@ def test_a_prefix_with_neither_index_nor_images_exits_naming_both_ways(s3_bucket
     result = CliRunner(env=_env(s3_bucket)).invoke(cli, ["bench", url, "--batches", "1"])
     assert result.exit_code == 1
     assert result.output.startswith("stoker: error:")
-    assert "stoker pack SRC" in result.output
+    assert f"`stoker pack {url} {url}-packed`" in result.output
     assert "class folders" in result.output

@@ -182,7 +182,7 @@ def test_neither_index_nor_images_names_both_ways(s3_bucket: Any, tmp_path: Path
         message = str(caught.value)
         assert url in message
         assert "no index.json" in message
-        assert f"stoker pack SRC {url}" in message
+        assert f"`stoker pack {url} {url}-packed`" in message  # never into what is there
         assert "class folders" in message
 
 

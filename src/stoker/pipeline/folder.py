@@ -41,9 +41,10 @@ from typing import Any
 
 import numpy as np
 
-from stoker.errors import BucketNotFoundError, SourceError
+from stoker.errors import BucketNotFoundError, SourceError, StokerError
 from stoker.format.foreign.imagefolder import ImageFolderReader, sample_key
 from stoker.format.foreign.locations import is_remote
+from stoker.format.foreign.wds_tar import COMPRESSED_TAR_SUFFIXES
 from stoker.format.spec import normalise_extension
 from stoker.pipeline.config import CacheConfig
 from stoker.pipeline.listing import (
@@ -231,14 +232,46 @@ class FolderSource:
         return [found[int(i)] for i in ids]
 
 
-def no_dataset_error(url: str, reason: BaseException | None = None) -> FileNotFoundError:
-    """The error for a location with neither a packed dataset's index nor image files."""
+def no_dataset_error(
+    url: str, reason: BaseException | None = None, *, names: Sequence[str] = ()
+) -> FileNotFoundError:
+    """The error for a location with neither a packed dataset's index nor image files, with
+    the way on for what it holds (``names``: the keys directly under it). WebDataset tars
+    are indexed in place (``stoker index``); other files are packed into a new location
+    beside it; only an empty location is suggested as a place to pack into."""
     where = f" ({reason})" if reason is not None else ""
+    quoted = shlex.quote(url)
+    tars = sorted(n for n in names if n.endswith(".tar"))
+    compressed = sorted(n for n in names if n.lower().endswith(COMPRESSED_TAR_SUFFIXES))
+    if tars:
+        way = (
+            f"It holds {len(tars)} .tar file(s) ({tars[0]}, ...): if they are WebDataset "
+            f"shards, index them in place with `stoker index {quoted}` (the tars stay as "
+            "they are; index.json goes beside them) and open it again"
+        )
+    elif compressed:
+        way = (
+            f"It holds {len(compressed)} compressed tar(s) ({compressed[0]}, ...): stoker "
+            "reads uncompressed tars; decompress them into a new location and index that "
+            "with `stoker index URL`"
+        )
+    elif names:
+        way = f"Pack it into a new location with `{pack_command(url)}` and open the copy"
+    else:
+        way = f"Pack your data into it with `stoker pack SRC {quoted}`"
     return FileNotFoundError(
         f"{url}: neither a packed dataset (no index.json) nor a folder of images{where}. "
-        f"Pack your data with `stoker pack SRC {url}`, or point at a folder of class "
-        "folders of images (ROOT/CLASS/IMAGE.jpg) to stream it unpacked"
+        f"{way}, or point at a folder of class folders of images (ROOT/CLASS/IMAGE.jpg) to "
+        "stream it unpacked"
     )
+
+
+def _names_at(store: Store) -> list[str]:
+    """The keys directly under ``store``'s root, for an error's advice (none if unlistable)."""
+    try:
+        return [meta.key for meta in store.list_dir("").objects]
+    except (OSError, StokerError):
+        return []
 
 
 def open_folder(
@@ -258,7 +291,8 @@ def open_folder(
         page_bytes: The disk cache's page when ``cache.page_bytes`` leaves it unset.
 
     Raises:
-        FileNotFoundError: No image files under ``url`` (the message names both ways on).
+        FileNotFoundError: No image files under ``url`` (the message names the way on
+            for what is there: ``stoker index`` for WebDataset tars).
         SourceError: A class folder without images, two files with one key, or a
             dangling link (each named).
     """
@@ -299,7 +333,7 @@ def _list(location: str, store: Store, storage_options: Mapping[str, Any] | None
     except BucketNotFoundError:
         raise
     except SourceError as exc:  # with on_error="skip", only "no images" or "not a folder"
-        raise no_dataset_error(location, exc) from None
+        raise no_dataset_error(location, exc, names=_names_at(store)) from None
     if reader.unusable:
         shown = ", ".join(repr(p["key"]) for p in reader.unusable[:5])
         more = len(reader.unusable) - 5
