@@ -178,6 +178,24 @@ def test_rm_deletes_the_index_first(s3_bucket, env, tmp_path: Path) -> None:
     assert list(store.list()) == []
 
 
+def test_rm_counts_only_the_shards_that_were_there(s3_bucket, env, tmp_path: Path) -> None:
+    # A DELETE of a missing object succeeds too: rm said "its index and 3 shards" here.
+    write_image_folder(tmp_path / "src", files=12, classes=2, width=32, height=24)
+    url = f"{s3_bucket.url}/gone"
+    config = stoker.PackConfig(samples_per_shard=4)
+    stoker.pack(str(tmp_path / "src"), url, storage_options=s3_bucket.options(), config=config)
+    store = s3_bucket.store("gone")
+    shards = sorted(m.key for m in store.list() if m.key.endswith(".tar"))
+    assert len(shards) == 3
+    store.delete(shards[1])
+    result = CliRunner(env=env).invoke(cli, ["rm", "--yes", url])
+    assert result.exit_code == 0, result.output
+    assert f"its index and 2 of the 3 shards it lists; 1 was not there ({shards[1]})" in (
+        result.output
+    )
+    assert list(store.list()) == []
+
+
 def test_rm_refuses_a_prefix_without_an_index(s3_bucket, env) -> None:
     s3_bucket.store("raw").put("a.jpg", b"x")
     result = CliRunner(env=env).invoke(cli, ["rm", "--yes", f"{s3_bucket.url}/raw"])

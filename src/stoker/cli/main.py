@@ -226,7 +226,15 @@ def rm_command(ctx: Context, url: str, yes: bool, with_shards: bool) -> None:
         confirmed = False
     if not confirmed:
         fail("nothing was removed")
-    remove_dataset(store, plan)
+    plan = remove_dataset(store, plan)
+    if plan.missing_shards:  # a delete succeeds either way: say what was not there
+        named = ", ".join(printable(name) for name in plan.missing_shards[:5])
+        more = f" and {len(plan.missing_shards) - 5} more" if len(plan.missing_shards) > 5 else ""
+        what = (
+            f"the dataset at {url}: its index and {plan.removed_shards} of the "
+            f"{len(plan.shards)} shards it lists; {len(plan.missing_shards)} "
+            f"{'was' if len(plan.missing_shards) == 1 else 'were'} not there ({named}{more})"
+        )
     click.echo(f"Removed {what}.")
     if plan.kept_shards:
         named = ", ".join(printable(name) for name in plan.kept_shards[:5])

@@ -15,8 +15,9 @@ the caller asks for them too.
 
 from __future__ import annotations
 
+import asyncio
 import posixpath
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from stoker.format.index import DatasetIndex, read_index
 from stoker.format.spec import ARRAYS_NAME, MANIFEST_NAME, PACK_STATE_DIR
@@ -36,6 +37,8 @@ class RemovalPlan:
         kept_shards: Shards the index lists that are left: pack did not write them (the
             dataset was indexed in place) and they were not asked for.
         kept_bytes: Their total size.
+        missing_shards: Shards to delete that were not there (found by
+            :func:`remove_dataset`): not counted as removed.
     """
 
     url: str
@@ -45,11 +48,17 @@ class RemovalPlan:
     shard_bytes: int
     kept_shards: tuple[str, ...] = ()
     kept_bytes: int = 0
+    missing_shards: tuple[str, ...] = ()
 
     @property
     def objects(self) -> tuple[str, ...]:
         """Every object to delete, in deletion order."""
         return self.index_objects + self.shards + self.state_objects
+
+    @property
+    def removed_shards(self) -> int:
+        """Shards deleted: those to delete that were there."""
+        return len(self.shards) - len(self.missing_shards)
 
 
 def written_by_pack(index: DatasetIndex) -> bool:
@@ -110,12 +119,29 @@ def remove_dataset(store: Store, plan: RemovalPlan | None = None) -> RemovalPlan
         plan: What to delete, from :func:`plan_removal`; made from the index if not given.
 
     Returns:
-        The plan that was carried out.
+        The plan that was carried out, with the shards that were not there (a delete
+        succeeds either way, so each shard is asked for first, one HEAD request each).
 
     Raises:
         FileNotFoundError: No plan was given and there is no index: nothing was removed.
     """
     plan = plan if plan is not None else plan_removal(store)
+    there = store.engine.run(_present(store, plan.shards))
+    missing = tuple(name for name, found in zip(plan.shards, there, strict=True) if not found)
     for key in plan.objects:
         store.delete(key)
-    return plan
+    return replace(plan, missing_shards=missing)
+
+
+async def _present(store: Store, names: tuple[str, ...]) -> list[bool]:
+    slots = asyncio.Semaphore(64)
+
+    async def present(name: str) -> bool:
+        async with slots:
+            try:
+                await store.head_async(name)
+            except FileNotFoundError:
+                return False
+            return True
+
+    return list(await asyncio.gather(*(present(name) for name in names)))
