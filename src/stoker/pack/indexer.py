@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -17,6 +18,15 @@ from stoker.format.spec import ARRAYS_NAME, MANIFEST_NAME
 from stoker.format.writer import SampleRecord, ShardRecord
 from stoker.storage import StorageOptions, open_store
 from stoker.storage.base import Store
+
+logger = logging.getLogger(__name__)
+
+#: Labels up to this are named by number without a look at how many samples there are.
+_NAMED_LABELS = 1 << 16
+#: The largest label a ``.cls`` member may hold (the index keeps labels as int64), and
+#: the longest text read as one.
+_MAX_LABEL = (1 << 63) - 1
+_MAX_CLS_BYTES = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,10 +94,9 @@ def index_webdataset(
             for ext, offset, size in sample.members:
                 fields[ext] = fields.get(ext, 0) + 1
                 if ext == "cls":
-                    try:
-                        label = int(data[offset : offset + size].decode("ascii").strip())
-                    except (UnicodeDecodeError, ValueError):
-                        label = -1
+                    label = _cls_label(
+                        data[offset : offset + size], f"{store.url}/{name}", sample.key
+                    )
             span = data[sample.span_start : sample.span_end]
             samples.append(
                 SampleRecord(
@@ -138,10 +147,44 @@ def refuse_foreign_index(store: Store, listed: list[str]) -> None:
         )
 
 
+def _cls_label(member: bytes, tar: str, key: str) -> int:
+    """The label of a ``.cls`` member: -1 for text that is no integer, as WebDataset's own
+    decoder would fail on it.
+
+    Raises:
+        SourceError: An integer below -1 or beyond the index's int64, naming the sample.
+    """
+    text = member.strip()
+    if len(text) > _MAX_CLS_BYTES or not text.lstrip(b"+-").isdigit():
+        return -1
+    if len(text) > 19 or not -1 <= int(text) <= _MAX_LABEL:
+        raise SourceError(
+            f"{tar}: sample {key!r} has label {text[:24].decode()}"
+            f"{'...' if len(text) > 24 else ''} in its .cls member: labels are -1 (none) to "
+            f"{_MAX_LABEL:,}"
+        )
+    return int(text)
+
+
 def _class_names(given: list[str] | None, records: list[ShardRecord], url: str) -> list[str]:
     labelled = [(s.label, r.name, s.key) for r in records for s in r.samples if s.label >= 0]
     top = max(labelled, default=(-1, "", ""))
     if not given:
+        # Named by number up to the largest: a list as long as the largest label, which
+        # a few bytes of .cls must not make gigabytes long (one name per sample and more).
+        if top[0] >= max(_NAMED_LABELS, 4 * len(labelled)):
+            logger.warning(
+                "%s/%s: sample %r has label %d, too large to name labels 0 to %d by number "
+                "for %d labelled sample(s): the index has no class names (give them with "
+                "--class-names)",
+                url,
+                top[1],
+                top[2],
+                top[0],
+                top[0],
+                len(labelled),
+            )
+            return []
         return [str(label) for label in range(top[0] + 1)]
     if top[0] >= len(given):
         raise SourceError(
