@@ -66,9 +66,17 @@ def _check_packed(url: str, options: dict[str, Any], originals: list[Path]) -> i
 
 
 @contextlib.contextmanager
-def _cloud_link(upstream_port: int, link: LinkConfig, port: int | None) -> Iterator[NetProxy]:
-    """The delaying proxy in front of the server, listening on ``port`` of 127.0.0.1."""
-    proxy = NetProxy("127.0.0.1", upstream_port, link=link, listen_port=port or 0)
+def cloud_link(
+    upstream_port: int, link: LinkConfig, port: int | None, *, upstream_host: str = "127.0.0.1"
+) -> Iterator[NetProxy]:
+    """The delaying proxy in front of a local server, listening on ``port`` of 127.0.0.1
+    (None: a free one), as ``stoker demo`` and ``stoker bench --compare --rtt-ms`` run it.
+
+    Raises:
+        ValueError: ``upstream_host`` is not a loopback address.
+        StokerError: ``port`` is taken (naming it).
+    """
+    proxy = NetProxy(upstream_host, upstream_port, link=link, listen_port=port or 0)
     try:
         proxy.start()
     except OSError as exc:
@@ -99,6 +107,7 @@ def run_demo(
     out_dir: str | Path,
     log: Callable[[str], None] | None = None,
     port: int | None = None,
+    server_port: int | None = None,
 ) -> dict[str, Any]:
     """Run the demo and return its measurements.
 
@@ -109,8 +118,9 @@ def run_demo(
         out_dir: Where the pictures and the trace go (created if missing).
         log: Receives one line per step; None for silence.
         port: Port of 127.0.0.1 for the emulated cloud link, the endpoint every request
-            goes to (default: a free one). SeaweedFS itself listens on free ports of
-            127.0.0.1 behind it.
+            goes to (default: a free one).
+        server_port: Port of 127.0.0.1 for SeaweedFS's S3 gateway behind the link
+            (default: a free one); its internal ports are free ones.
 
     Raises:
         StokerError: A step failed, or the packed copy differs from the originals.
@@ -136,17 +146,17 @@ def run_demo(
                 "scikit-image)"
             )
 
-        with SeaweedServer() as server:
+        with SeaweedServer(port=server_port) as server:
             server.create_bucket(BUCKET)
             link = LinkConfig(rtt_s=rtt_s, bandwidth_bytes_s=125e6)
-            with _cloud_link(server.port, link, port) as proxy:
+            with cloud_link(server.port, link, port) as proxy:
                 say(
                     f"[2/6] SeaweedFS S3 server on {server.endpoint}, reached through an "
                     f"emulated cloud link on {proxy.endpoint} ({rtt_s * 1000:g} ms round trip, "
                     f"1 Gbit/s)"
                 )
                 options = server.storage_options(proxy.endpoint)
-                endpoint = proxy.endpoint
+                endpoint, server_endpoint = proxy.endpoint, server.endpoint
                 images_url = f"s3://{BUCKET}/images"
                 packed_url = f"s3://{BUCKET}/packed"
                 up = upload(
@@ -224,6 +234,7 @@ def run_demo(
             "bytes": total,
             "rtt_ms": rtt_s * 1000,
             "endpoint": endpoint,
+            "server_endpoint": server_endpoint,
             "workers": workers,
             "upload_files_per_s": round(up.files_per_s, 1),
             "sequential_files_per_s": round(files / max(rows["(a)"].setup_s, 1e-9), 1),

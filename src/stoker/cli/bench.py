@@ -64,6 +64,14 @@ if TYPE_CHECKING:
     "costs. Needs --endpoint-url of a server on a loopback address.",
 )
 @click.option(
+    "--port",
+    type=click.IntRange(1, 65535),
+    envvar="STOKER_BENCH_PORT",
+    show_envvar=True,
+    help="With --rtt-ms: the port of 127.0.0.1 the delaying proxy listens on, the endpoint "
+    "every request goes to (default: a free one).",
+)
+@click.option(
     "--seq-len",
     type=click.IntRange(1),
     help="URL is a token dataset: run the TokenLoader with sequences of this many tokens "
@@ -90,6 +98,7 @@ def bench_command(
     keep_packed: bool,
     out: str,
     rtt_ms: float | None,
+    port: int | None,
     seq_len: int | None,
     as_json: bool,
 ) -> None:
@@ -118,7 +127,11 @@ def bench_command(
     another region or cloud costs, e.g.
 
         stoker --endpoint-url http://127.0.0.1:8333 bench --compare --rtt-ms 20 s3://b/images
+
+    The proxy listens on a free port of 127.0.0.1, or on --port (or STOKER_BENCH_PORT).
     """
+    if ctx.get_parameter_source("port") is ParameterSource.COMMANDLINE and rtt_ms is None:
+        raise click.UsageError("--port is where the --rtt-ms proxy listens: give --rtt-ms too")
     if seq_len is not None:
         if compare or rtt_ms is not None or threads is not None:
             raise click.UsageError("--seq-len takes no --compare, --rtt-ms or --threads")
@@ -159,6 +172,7 @@ def bench_command(
             out=out,
             as_json=as_json,
             rtt_ms=rtt_ms,
+            port=port,
         )
         return
     if rtt_ms is not None:

@@ -20,14 +20,17 @@ if TYPE_CHECKING:
 
 
 @contextlib.contextmanager
-def _delayed(ctx: click.Context, rtt_ms: float | None) -> Iterator[tuple[Any, str]]:
-    """The storage options to use, through a delaying proxy when ``rtt_ms`` is given, and
-    a note saying so."""
+def _delayed(
+    ctx: click.Context, rtt_ms: float | None, port: int | None
+) -> Iterator[tuple[Any, str]]:
+    """The storage options to use, through a delaying proxy listening on ``port`` (None: a
+    free one) when ``rtt_ms`` is given, and a note saying so."""
     options = _storage(ctx)
     if rtt_ms is None:
         yield options, ""
         return
-    from stoker.testing.netproxy import LinkConfig, NetProxy
+    from stoker.demo import cloud_link
+    from stoker.testing.netproxy import LinkConfig
 
     # The endpoint as the store will resolve it (a profile's is not looked up here).
     given = options.endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3")
@@ -37,18 +40,18 @@ def _delayed(ctx: click.Context, rtt_ms: float | None) -> Iterator[tuple[Any, st
             "--rtt-ms puts a delaying proxy in front of a server on this machine: give its "
             "address with --endpoint-url http://127.0.0.1:PORT"
         )
-    try:
-        proxy = NetProxy(
-            endpoint.hostname,
-            endpoint.port,
-            link=LinkConfig(rtt_s=rtt_ms / 1000, bandwidth_bytes_s=125e6),
-        )
-    except ValueError as exc:  # not a loopback address
-        raise click.UsageError(f"--rtt-ms: {exc}; the proxy fronts local servers only") from exc
-    with proxy:
+    link = LinkConfig(rtt_s=rtt_ms / 1000, bandwidth_bytes_s=125e6)
+    with contextlib.ExitStack() as stack:
+        try:
+            proxy = stack.enter_context(
+                cloud_link(endpoint.port, link, port, upstream_host=endpoint.hostname)
+            )
+        except ValueError as exc:  # not a loopback address
+            raise click.UsageError(f"--rtt-ms: {exc}; the proxy fronts local servers only") from exc
         yield (
             replace(options, endpoint_url=proxy.endpoint),
-            f"every request through a proxy adding {rtt_ms:g} ms per round trip (1 Gbit/s)",
+            f"every request through a proxy on {proxy.endpoint} adding {rtt_ms:g} ms per "
+            "round trip (1 Gbit/s)",
         )
 
 
@@ -62,13 +65,16 @@ def run_compare(
     out: str,
     as_json: bool,
     rtt_ms: float | None,
+    port: int | None = None,
 ) -> None:
-    """Run the comparison of ``stoker bench --compare``, print it and draw its chart."""
+    """Run the comparison of ``stoker bench --compare``, print it and draw its chart
+    (through a delaying proxy on ``port`` of 127.0.0.1 with ``rtt_ms``)."""
     from stoker.profile.compare import compare_methods, default_pack_to, format_comparison
     from stoker.profile.plots import render_comparison, save_png
 
     log = None if as_json else (lambda line: click.echo(line, err=True))
-    with _delayed(ctx, rtt_ms) as (options, note):
+    with _delayed(ctx, rtt_ms, port) as (options, note):
+        proxy = options.endpoint_url if note else None
         if log is not None and note:
             log(f"Comparing with {note}.")
         result = compare_methods(
@@ -81,7 +87,8 @@ def run_compare(
         )
     path = save_png(render_comparison(result), out)
     if as_json:
-        click.echo(json.dumps({**result.to_dict(), "png": str(path), "rtt_ms": rtt_ms}, indent=2))
+        extra = {"png": str(path), "rtt_ms": rtt_ms, "proxy": proxy}
+        click.echo(json.dumps({**result.to_dict(), **extra}, indent=2))
         return
     click.echo(format_comparison(result))
     if note:

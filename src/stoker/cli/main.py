@@ -279,13 +279,29 @@ def rm_command(ctx: Context, url: str, yes: bool, with_shards: bool) -> None:
 @click.option(
     "--port",
     type=click.IntRange(1, 65535),
+    envvar="STOKER_DEMO_PORT",
+    show_envvar=True,
     help="Port of 127.0.0.1 for the emulated cloud link, the endpoint every request goes to "
-    "(default: a free one). SeaweedFS listens on free ports of 127.0.0.1 behind it.",
+    "(default: a free one).",
+)
+@click.option(
+    "--server-port",
+    type=click.IntRange(1, 65535),
+    envvar="STOKER_DEMO_SERVER_PORT",
+    show_envvar=True,
+    help="Port of 127.0.0.1 for SeaweedFS's S3 gateway behind the link (default: a free "
+    "one; its internal ports are free ones).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @handle_errors
 def demo_command(
-    files: int, rtt_ms: float, workers: int, out_dir: str, port: int | None, as_json: bool
+    files: int,
+    rtt_ms: float,
+    workers: int,
+    out_dir: str,
+    port: int | None,
+    server_port: int | None,
+    as_json: bool,
 ) -> None:
     """Run the main job end to end on generated data; no credentials, no network.
 
@@ -306,6 +322,7 @@ def demo_command(
         out_dir=out_dir,
         log=None if as_json else click.echo,
         port=port,
+        server_port=server_port,
     )
     if as_json:
         click.echo(json.dumps(result, indent=2))
