@@ -59,6 +59,13 @@ BAD = {
         _npy(np.arange(10, dtype=np.float32)).replace(b"'<f4', ", b"'<f4'[ ", 1),
         r"not an npy array: ",
     ),
+    # ast.literal_eval names an expression by its node's repr: "<ast.Call object at 0x...>".
+    "npy header with a call": (
+        "npy",
+        _npy(np.arange(10, dtype=np.float32)).replace(b"(10,)", b"(f(),)", 1),
+        r"not an npy array: its header holds an expression \(Call\) where numpy writes only "
+        r"literals",
+    ),
     # json.loads raises RecursionError here, which is no ValueError: on_error="skip" could
     # not skip it, and training stopped.
     "json nested too deep": ("json", b"[" * 100_000, r"invalid JSON: nested too deeply"),

@@ -119,6 +119,21 @@ def _plain_npy_header(data: bytes | memoryview) -> _NpyHeader | None:
     return dimensions, dtype, fortran == b"True", start + length
 
 
+#: What ast.literal_eval says of an expression that is no literal: the node's repr.
+_NOT_A_LITERAL = re.compile(r"malformed node or string.*<ast\.(\w+) object at 0x[0-9a-fA-F]+>")
+
+
+def _npy_problem(exc: BaseException) -> str:
+    """``exc`` in words: ``literal_eval``'s ``<ast.Call object at 0x...>`` as what it is."""
+    match = _NOT_A_LITERAL.search(str(exc))
+    if match is None:
+        return str(exc)
+    return (
+        f"its header holds an expression ({match.group(1)}) where numpy writes only "
+        "literals (a dict of descr, fortran_order and shape)"
+    )
+
+
 def _numpy_npy_header(data: bytes | memoryview) -> _NpyHeader:
     buffer = io.BytesIO(data)
     version = np.lib.format.read_magic(buffer)
@@ -157,7 +172,7 @@ def read_npy_header(data: bytes | memoryview) -> NpyLayout:
         # numpy parses the header as a Python literal, and one that is not as Python 2
         # wrote it, with the tokenizer and a UserWarning: each raises its own error (the
         # warning when warnings are errors).
-        raise ValueError(f"not an npy array: {exc}") from None
+        raise ValueError(f"not an npy array: {_npy_problem(exc)}") from None
     layout = NpyLayout(shape, dtype, fortran, offset)
     if dtype.hasobject:
         return layout
