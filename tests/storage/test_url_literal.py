@@ -7,6 +7,7 @@ run against the real SeaweedFS server and must act on exactly the prefix named.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -47,6 +48,29 @@ def test_a_file_url_is_literal_too(tmp_path: Path) -> None:
 def test_a_bucket_name_with_a_character_no_bucket_has_is_refused(url: str) -> None:
     with pytest.raises(ValueError, match="which no bucket name has"):
         parse_url(url)
+
+
+@pytest.mark.parametrize(
+    ("prefix", "problem"),
+    [
+        ("a//b", "empty segment"),
+        ("a/../b", "'..' segment"),
+        ("a/./b", "'.' segment"),
+        ("a/\x1bb", "control character"),
+    ],
+)
+def test_a_prefix_no_object_store_can_address_is_named(
+    s3_bucket, env, tmp_path: Path, prefix: str, problem: str
+) -> None:
+    # obstore's words reached the user: "Could not parse path: Path "a//b" contained ...".
+    url = f"{s3_bucket.url}/{prefix}"
+    with pytest.raises(ValueError, match=f"the prefix {re.escape(repr(prefix))} .*{problem}"):
+        parse_url(url)
+    for command in (["ls", url], ["inspect", url], ["download", url, str(tmp_path / "dst")]):
+        result = CliRunner(env=env).invoke(cli, command)
+        assert result.exit_code == 1
+        assert "Could not parse path" not in result.output
+        assert f"the prefix {prefix!r} cannot be addressed" in result.output, result.output
 
 
 @pytest.fixture

@@ -25,6 +25,7 @@ from stoker.core.metrics import Counters
 from stoker.storage.cache import DiskCache
 from stoker.storage.engine import IOEngine
 from stoker.storage.options import StorageOptions
+from stoker.storage.url import key_problem as key_problem  # its home before url.py used it
 
 #: What ``put`` accepts: bytes-like data, or the path of a local file to upload.
 PutData = bytes | bytearray | memoryview | Path
@@ -53,25 +54,6 @@ class Listing:
 
     prefixes: builtins.list[str]
     objects: builtins.list[ObjectMeta]
-
-
-def key_problem(key: str) -> str | None:
-    """Why an object key cannot be used as a relative path, or None if it can.
-
-    Such a key (a listing may hold one: S3 takes any bytes) is never written to a local
-    file, and obstore cannot address it; commands name it as a failure and go on.
-    """
-    if not key:
-        return "empty key"
-    if any("\ud800" <= c <= "\udfff" for c in key):  # bytes a listing could not decode
-        return "bytes that are not UTF-8"
-    control = next((c for c in key if ord(c) < 0x20 or ord(c) == 0x7F), None)
-    if control is not None:
-        return f"control character {control!r}"
-    for part in key.split("/"):
-        if part in ("", ".", ".."):
-            return f"{part!r} segment" if part else "empty segment (leading, trailing or //)"
-    return None
 
 
 @runtime_checkable

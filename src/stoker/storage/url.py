@@ -73,7 +73,8 @@ def parse_url(url: str | os.PathLike[str]) -> StorageUrl:
     Raises:
         ValueError: Unknown scheme, a bucket URL without a bucket name, a bucket name with a
             character no bucket name has (``#``, ``?``, ``%``, a space or a control
-            character), or credentials in the URL.
+            character), a prefix with an empty, ``.`` or ``..`` segment or a control
+            character, or credentials in the URL.
     """
     text = os.fspath(url)
     if "://" not in text:
@@ -98,7 +99,33 @@ def parse_url(url: str | os.PathLike[str]) -> StorageUrl:
             f"{text!r}: bucket name {bucket!r} holds {odd!r}, which no bucket name has; "
             f"expected {scheme}://BUCKET[/PREFIX]"
         )
-    return StorageUrl(scheme, bucket, prefix.strip("/"))
+    prefix = prefix.strip("/")
+    problem = key_problem(prefix) if prefix and scheme != "memory" else None
+    if problem is not None:  # obstore's own words were "Could not parse path: ..."
+        raise ValueError(
+            f"{text!r}: the prefix {prefix!r} cannot be addressed in an object store "
+            f"({problem}); write it without '//', '.' or '..' segments"
+        )
+    return StorageUrl(scheme, bucket, prefix)
+
+
+def key_problem(key: str) -> str | None:
+    """Why an object key cannot be used as a relative path, or None if it can.
+
+    Such a key (a listing may hold one: S3 takes any bytes) is never written to a local
+    file, and obstore cannot address it; commands name it as a failure and go on.
+    """
+    if not key:
+        return "empty key"
+    if any("\ud800" <= c <= "\udfff" for c in key):  # bytes a listing could not decode
+        return "bytes that are not UTF-8"
+    control = next((c for c in key if ord(c) < 0x20 or ord(c) == 0x7F), None)
+    if control is not None:
+        return f"control character {control!r}"
+    for part in key.split("/"):
+        if part in ("", ".", ".."):
+            return f"{part!r} segment" if part else "empty segment (leading, trailing or //)"
+    return None
 
 
 def redact_userinfo(url: str) -> str:
