@@ -21,6 +21,9 @@ from dataclasses import dataclass
 
 from stoker.errors import StorageError
 from stoker.storage.base import ObjectMeta
+from stoker.storage.listguard import key_bytes
+
+__all__ = ["RawPage", "key_bytes", "parse_page"]
 
 _NS = "{http://s3.amazonaws.com/doc/2006-03-01/}"
 _UTF8_BOM = b"\xef\xbb\xbf"
@@ -43,15 +46,6 @@ class RawPage:
     def keys(self) -> list[str]:
         """The page's object keys and common prefixes."""
         return [meta.key for meta in self.objects] + self.prefixes
-
-
-def key_bytes(key: str) -> bytes:
-    """The bytes of a key as the server has them (lone surrogates are the bytes that were
-    not UTF-8); listings are in this order."""
-    try:
-        return key.encode("utf-8", "surrogateescape")
-    except UnicodeEncodeError:  # a surrogate that no undecodable byte made
-        return key.encode("utf-8", "surrogatepass")
 
 
 class _RefuseDoctype(ElementTree.TreeBuilder):

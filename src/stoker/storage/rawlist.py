@@ -16,7 +16,10 @@ The server is not trusted to page sensibly. One request, connection to last byte
 continuation token sent back, keys not past ``start-after`` or the previous page, a
 truncated page with no keys and nothing to go on, a key outside the prefix) ends with a
 :class:`~stoker.errors.StorageError` naming the bucket, the prefix and what the server did,
-instead of asking again forever. Pages are parsed by :mod:`stoker.storage.listpage`.
+instead of asking again forever (a :class:`~stoker.storage.listguard.ListingStalledError`).
+:meth:`RootedLister.probe` reads the first pages of a listing only to check them: how
+:mod:`stoker.storage.listguard` finds out what a server does when obstore's listing of it
+does not move on. Pages are parsed by :mod:`stoker.storage.listpage`.
 """
 
 from __future__ import annotations
@@ -31,9 +34,9 @@ import urllib.parse
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from stoker.errors import StorageError
 from stoker.storage.base import Listing, ObjectMeta
-from stoker.storage.listpage import RawPage, key_bytes, parse_page
+from stoker.storage.listguard import KeyOrders, ListingStalledError, key_bytes, short, stalled
+from stoker.storage.listpage import RawPage, parse_page
 from stoker.storage.sigv4 import sigv4_headers
 
 __all__ = ["RawLister", "RawPage", "RootedLister", "invalid_key_in"]
@@ -207,14 +210,12 @@ class _Progress:
         self._prefix = prefix
         self._after = key_bytes(start_after) if start_after is not None else None
         self._start_after = start_after
-        self._highest = self._after
+        self._orders = KeyOrders(self._after)  # S3's, or a filer's (SeaweedFS)
         self._tokens: set[str] = set()
         self._empty = 0
 
-    def _fail(self, what: str) -> StorageError:
-        return StorageError(
-            f"listing {self._where}: the server {what}; stopped rather than ask again"
-        )
+    def _fail(self, what: str) -> ListingStalledError:
+        return stalled(self._where, what)
 
     def check(self, page: RawPage, *, sent: str | None, needs_token: bool) -> None:
         """Raise StorageError if ``page`` (the answer to ``sent``) makes no progress; a
@@ -222,24 +223,26 @@ class _Progress:
         if sent is not None:
             if page.truncated and page.token in (self._tokens | {sent}):
                 raise self._fail(
-                    f"sent back a continuation token it had sent before ({_short(page.token)})"
+                    f"sent back a continuation token it had sent before ({short(page.token)})"
                 )
             self._tokens.add(sent)
         keys = page.keys
         outside = next((k for k in keys if not k.startswith(self._prefix)), None)
         if outside is not None:
-            raise self._fail(f"listed {_short(outside)}, which is not under the prefix")
+            raise self._fail(f"listed {short(outside)}, which is not under the prefix")
         if keys:
             order = [key_bytes(k) for k in keys]
-            if self._after is not None and min(order) <= self._after:
+            after = self._after
+            if after is not None and not self._orders.keep(
+                lambda sort: min(map(sort, order)) > sort(after)
+            ):
                 early = keys[order.index(min(order))]
                 raise self._fail(
-                    f"ignored start-after: after {_short(self._start_after)} it listed "
-                    f"{_short(early)}"
+                    f"ignored start-after: after {short(self._start_after)} it listed "
+                    f"{short(early)}"
                 )
-            if self._highest is not None and max(order) <= self._highest:
-                raise self._fail(f"listed no key past {_short(page.last)} on the next page")
-            self._highest = max(order)
+            if not self._orders.advance(order):
+                raise self._fail(f"listed no key past {short(page.last)} on the next page")
             self._empty = 0
         elif page.truncated:
             self._empty += 1
@@ -254,10 +257,6 @@ class _Progress:
 
 def _last(objects: list[ObjectMeta]) -> str | None:
     return max((meta.key for meta in objects), key=key_bytes, default=None)
-
-
-def _short(text: str | None) -> str:
-    return repr(text) if text is None or len(text) <= 80 else repr(text[:80]) + "..."
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,6 +309,27 @@ class RootedLister:
             progress.check(page, sent=token, needs_token=False)
             if page.keys or not page.truncated:
                 return self._relative(page)
+            token = page.token
+
+    async def probe(self, prefix: str, *, start_after: str | None, delimiter: bool) -> None:
+        """Read the first pages of a listing by their tokens, only to check them: raise
+        :class:`~stoker.storage.listguard.ListingStalledError` where the listing itself
+        would (see the module docstring); return once two pages with keys moved on, the
+        listing ended, or a page gave no token to follow. At most ``MAX_EMPTY_PAGES + 2``
+        requests; nothing is kept but what the checks need."""
+        full = self._folder(prefix)
+        after = self._full(start_after) if start_after is not None else None
+        progress = _Progress(self.lister, full, after)
+        token: str | None = None
+        moved = 0
+        for _ in range(MAX_EMPTY_PAGES + 2):
+            page = await self._fetch(full, after, delimiter, token)
+            if not delimiter:
+                page = replace(page, prefixes=[], last=_last(page.objects))
+            progress.check(page, sent=token, needs_token=False)
+            moved += bool(page.keys)
+            if not page.truncated or not page.token or moved >= 2:
+                return
             token = page.token
 
     async def level(self, prefix: str) -> Listing:
