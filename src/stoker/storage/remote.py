@@ -19,7 +19,7 @@ import builtins
 import functools
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from stoker.core.metrics import Counters
 from stoker.core.perprocess import PerProcess
@@ -36,6 +36,7 @@ from stoker.storage.blocking import BlockingForms
 from stoker.storage.cache import DiskCache
 from stoker.storage.engine import IOEngine, default_engine
 from stoker.storage.native import native, rebuild
+from stoker.storage.obstorelist import ObstoreListing, meta_of
 from stoker.storage.options import StorageOptions
 from stoker.storage.retry import (
     RETRYABLE,
@@ -49,12 +50,7 @@ from stoker.storage.s3 import NativeConfig, open_local
 from stoker.storage.shaping import PrefixShaper, prefix_of
 from stoker.storage.url import StorageUrl, redact_userinfo
 
-if TYPE_CHECKING:
-    from stoker.storage.rawlist import RootedLister
-
 T = TypeVar("T")
-
-_LIST_PAGE = 1000
 
 
 class _RangeBeyondEnd(Exception):
@@ -69,16 +65,6 @@ def _is_unsatisfiable_range(exc: Exception) -> bool:
     if "Requested range was invalid" in text:  # obstore's local filesystem
         return True
     return "416" in text and ("Range Not Satisfiable" in text or "InvalidRange" in text)
-
-
-def _meta(raw: Any, key: str | None = None) -> ObjectMeta:
-    etag = raw.get("e_tag")
-    return ObjectMeta(
-        key=key if key is not None else raw["path"],
-        size=int(raw["size"]),
-        etag=etag.strip('"') if etag else None,
-        last_modified=raw.get("last_modified"),
-    )
 
 
 class _Connection:
@@ -171,24 +157,6 @@ class ObstoreStore(BlockingForms):
         if here.native is None:  # a local folder that did not exist when opened
             here.native = open_local(Path(self._url.prefix), create=create)
         return here.native
-
-    def _raw_lister(self, exc: Exception) -> RootedLister:
-        # obstore refused a listing page over one key it cannot parse: list past it with
-        # signed requests of our own, or re-raise (naming the key) if we cannot sign. (Only
-        # imported then: its XML and HTTP modules are a tenth of this module's import.)
-        from stoker.storage.rawlist import RawLister, RootedLister, invalid_key_in
-
-        key = invalid_key_in(exc)
-        if key is None:
-            raise exc
-        lister = RawLister.for_store(self._native, timeout_s=self._options.timeout_s)
-        if lister is None:
-            raise StorageError(
-                f"the listing holds a key that cannot be read, {key!r}; listing past it needs "
-                f"an S3 store with credentials from storage_options, the environment or a "
-                f"profile"
-            ) from exc
-        return RootedLister(lister, self._url.prefix if self._url.scheme == "s3" else "")
 
     def _missing(self) -> bool:
         # A local folder that does not exist lists as empty, as a bucket prefix would.
@@ -407,61 +375,28 @@ class ObstoreStore(BlockingForms):
 
     async def head_async(self, path: str) -> ObjectMeta:
         async def attempt() -> ObjectMeta:
-            return _meta(await native().functions.head_async(self._store(), path))
+            return meta_of(await native().functions.head_async(self._store(), path))
 
         return await self._request("head", path, attempt)
+
+    def _listing(self) -> ObstoreListing:
+        return ObstoreListing(
+            url=self._url,
+            options=self._options,
+            client=self._store,
+            request=functools.partial(self._request, "list"),
+        )
 
     async def list_async(self, prefix: str = "") -> AsyncIterator[builtins.list[ObjectMeta]]:
         if self._missing():
             return
-        last: builtins.list[str | None] = [None]
-        current: builtins.list[Any] = [None]
-        raw: builtins.list[Any] = [None, False]  # RootedLister once obstore refused; done
-
-        async def next_page() -> builtins.list[ObjectMeta] | None:
-            if raw[0] is not None:  # read past a key obstore cannot parse: every key as is
-                if raw[1]:
-                    return None
-                page = await raw[0].page(prefix, start_after=last[0], delimiter=False)
-                raw[1] = not page.truncated
-                return page.objects if page.objects or page.truncated else None
-            # A failed page restarts the listing after the last key already yielded.
-            if current[0] is None:
-                stream = native().functions.list(
-                    self._store(), prefix.strip("/") or None, offset=last[0], chunk_size=_LIST_PAGE
-                )
-                current[0] = stream.__aiter__()
-            try:
-                return [_meta(m) for m in await current[0].__anext__()]
-            except StopAsyncIteration:
-                return None
-            except Exception as exc:
-                current[0] = None
-                raw[0] = self._raw_lister(exc)
-                return await next_page()
-
-        while (page := await self._request("list", prefix, next_page)) is not None:
-            if page:
-                last[0] = page[-1].key
-                yield page
+        async for page in self._listing().pages(prefix):
+            yield page
 
     async def list_dir_async(self, prefix: str = "") -> Listing:
         if self._missing():
             return Listing(prefixes=[], objects=[])
-
-        async def attempt() -> Listing:
-            try:
-                raw = await native().functions.list_with_delimiter_async(
-                    self._store(), prefix.strip("/") or None
-                )
-            except Exception as exc:
-                return await self._raw_lister(exc).level(prefix)
-            return Listing(
-                prefixes=[p.rstrip("/") for p in raw["common_prefixes"]],
-                objects=[_meta(m) for m in raw["objects"]],
-            )
-
-        return await self._request("list", prefix, attempt)
+        return await self._listing().level(prefix)
 
     # -- writes ----------------------------------------------------------------------------
 

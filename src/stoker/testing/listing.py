@@ -1,14 +1,16 @@
-"""A loopback S3 endpoint whose listings misbehave as scripted: tests of the fallback listing.
+"""A loopback S3 endpoint whose listings misbehave as scripted: tests of the listings.
 
 `ListingServer` answers a ListObjectsV2 request that asks for URL-encoded keys (the fallback
 listing of :mod:`stoker.storage.rawlist`) with the next of its scripted answers, and repeats
-the last one for every request after (a server stuck in a loop stays stuck). A listing
-request that does not ask for URL-encoded keys (obstore's own) gets a page holding a key
-obstore refuses (``bait/../key``), so that a store pointed at the server falls back to the
-raw listing at once. Every other request is answered 404.
+the last one for every request after (a server stuck in a loop stays stuck); a script may
+also be a function of the request's number (1, 2, ...) and query, for a server that loops
+without end. A listing request that does not ask for URL-encoded keys (obstore's own) gets
+a page holding a key obstore refuses (``bait/../key``), so that a store pointed at the
+server falls back to the raw listing at once; with ``bait=False`` it is answered from the
+script too (obstore's own listing is what is tested). Every other request is answered 404.
 
 An answer is a body and a status, sent at once or trickled one byte every ``trickle_s``
-seconds. The server records the query of each listing request, answers at most
+seconds. The server records the query of each scripted listing request, answers at most
 ``max_requests`` of them (then ``400`` with ``RequestCapReached``, so a client that loops
 ends with an error rather than running forever), stops a trickle after ``trickle_for_s``,
 and stops everything when closed.
@@ -24,11 +26,11 @@ import socket
 import threading
 import time
 import urllib.parse
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 
-__all__ = ["Answer", "ListingServer", "listing_page"]
+__all__ = ["Answer", "ListingServer", "Script", "listing_page"]
 
 _NS = "http://s3.amazonaws.com/doc/2006-03-01/"
 
@@ -85,6 +87,10 @@ class Answer:
     trickle_s: float | None = None
 
 
+#: Scripted answers in order (the last repeats), or the answer to request N (from 1) with
+#: its query.
+Script = Sequence[Answer | bytes] | Callable[[int, dict[str, str]], Answer | bytes]
+
 _BAIT = listing_page(["bait/../key"], encoded=False)  # obstore refuses a '..' segment
 _CAPPED = (
     b"<Error><Code>RequestCapReached</Code><Message>test server: no more answers</Message></Error>"
@@ -98,23 +104,27 @@ class ListingServer:
     between requests with :meth:`script`.
 
     Args:
-        answers: Answers to the fallback listing's requests, in order; the last repeats.
+        answers: Answers to the fallback listing's requests (:data:`Script`).
         max_requests: Most listing requests answered from the script.
         trickle_for_s: A trickled answer stops (the connection is closed) after this long.
+        bait: Answer obstore's own listing requests with a key obstore refuses; False
+            answers them from the script too.
     """
 
     def __init__(
         self,
-        answers: Sequence[Answer | bytes],
+        answers: Script,
         *,
         max_requests: int = 200,
         trickle_for_s: float = 30.0,
+        bait: bool = True,
     ) -> None:
         self.max_requests = max_requests
         self.trickle_for_s = trickle_for_s
+        self.bait = bait
         self.queries: list[dict[str, str]] = []  # each scripted listing request's query
         self._lock = threading.Lock()
-        self._answers: list[Answer] = []
+        self._answers: Script = ()
         self._stopping = threading.Event()
         self.script(answers)
         server = self
@@ -145,20 +155,28 @@ class ListingServer:
 
         self._http = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._http.daemon_threads = True
-        self._thread = threading.Thread(target=self._http.serve_forever, daemon=True)
+        self._thread = threading.Thread(target=self._http.serve_forever, args=(0.05,), daemon=True)
 
     @property
     def endpoint(self) -> str:
         """``http://127.0.0.1:PORT``."""
         return f"http://127.0.0.1:{self._http.server_address[1]}"
 
-    def script(self, answers: Sequence[Answer | bytes]) -> None:
+    def script(self, answers: Script) -> None:
         """Replace the scripted answers and forget the requests seen."""
-        if not answers:
+        if not callable(answers) and not answers:
             raise ValueError("a ListingServer needs at least one answer")
         with self._lock:
-            self._answers = [a if isinstance(a, Answer) else Answer(body=a) for a in answers]
+            self._answers = answers if callable(answers) else list(answers)
             self.queries = []
+
+    def _answer(self, seen: int, query: dict[str, str]) -> Answer:
+        # The answer to scripted request number ``seen`` (from 1); under the lock.
+        if seen > self.max_requests:
+            return Answer(body=_CAPPED, status=400)
+        answers = self._answers
+        answer = answers(seen, query) if callable(answers) else answers[min(seen, len(answers)) - 1]
+        return answer if isinstance(answer, Answer) else Answer(body=answer)
 
     def __enter__(self) -> ListingServer:
         self._thread.start()
@@ -185,17 +203,12 @@ class ListingServer:
         query = dict(urllib.parse.parse_qsl(target.query, keep_blank_values=True))
         if query.get("list-type") != "2":
             answer = Answer(body=b"", status=404)
-        elif query.get("encoding-type") != "url":
+        elif self.bait and query.get("encoding-type") != "url":
             answer = Answer(body=_BAIT)
         else:
             with self._lock:
                 self.queries.append(query)
-                seen = len(self.queries)
-                answer = (
-                    self._answers[min(seen, len(self._answers)) - 1]
-                    if seen <= self.max_requests
-                    else Answer(body=_CAPPED, status=400)
-                )
+                answer = self._answer(len(self.queries), query)
         with contextlib.suppress(OSError):  # the client gave up: nothing more to send
             request.send_response(answer.status)
             request.send_header("Content-Type", "application/xml")
