@@ -124,6 +124,33 @@ def test_the_child_of_a_parent_that_never_used_obstore_keeps_it(tmp_path: Path) 
     assert done.stdout.strip() == "(True, b'child')"
 
 
+def test_the_child_of_a_parent_that_used_obstore_directly_reads(tmp_path: Path) -> None:
+    # The parent's own obstore call (not through stoker) started the runtime whose threads
+    # the child lacks: the child's first stoker request waited forever, without a word.
+    script = textwrap.dedent(
+        f"""
+        import obstore
+        import obstore.store
+        from stoker.storage import open_store
+        from stoker.storage.native import native
+        from stoker.testing.forks import in_forked_child
+
+        obstore.put(obstore.store.LocalStore({str(tmp_path)!r}), "k", b"parent")
+
+        def child():
+            store = open_store({str(tmp_path)!r})
+            return native().functions is obstore, bytes(store.get("k"))
+
+        print(in_forked_child(child, timeout_s=30))
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "(False, b'parent')"
+
+
 def test_a_memory_store_locked_at_the_fork_works_in_the_child() -> None:
     store = MemoryStore("forked")
     store.put("k", b"memory")

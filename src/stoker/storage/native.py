@@ -10,7 +10,9 @@ and builds its stores with it (:func:`rebuild`). The process that imported obsto
 child whose parents never used it, keep the imported one.
 
 stoker makes every obstore call through :func:`native`, which is how it knows whether a
-parent used obstore; obstore used directly by other code in a parent is not seen.
+parent used obstore. obstore used directly by other code in a parent is seen at the fork,
+on Linux, by its runtime's threads (``tokio-*``): the child then loads its own copy too
+(before, it waited forever on its first request).
 """
 
 from __future__ import annotations
@@ -67,6 +69,33 @@ def native() -> Obstore:
                 _current = current
     current.used = True
     return current.obstore
+
+
+def _note_direct_use() -> None:
+    """Before a fork: count a runtime that stoker did not start (obstore called directly by
+    other code) as used, so that the child loads its own copy."""
+    current = _current
+    if not current.used and current.pid == os.getpid() and _runtime_threads():
+        current.used = True
+
+
+def _runtime_threads() -> bool:
+    """Whether this process runs a tokio runtime's threads (Linux: their names; elsewhere
+    they are not seen)."""
+    try:
+        tasks = list(Path("/proc/self/task").iterdir())
+    except OSError:
+        return False
+    for task in tasks:
+        try:
+            if (task / "comm").read_text(encoding="utf-8").startswith("tokio-"):
+                return True
+        except OSError:  # the thread ended meanwhile
+            continue
+    return False
+
+
+os.register_at_fork(before=_note_direct_use)
 
 
 def rebuild(store: Any) -> Any:
