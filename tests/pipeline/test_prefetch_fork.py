@@ -11,10 +11,13 @@ import asyncio
 import threading
 from pathlib import Path
 
+import pytest
+
 from stoker.core.metrics import Stages
 from stoker.format.index import read_index
 from stoker.format.reader import ShardDataset
 from stoker.pack.packer import PackConfig, pack
+from stoker.pipeline.loader import Loader
 from stoker.pipeline.order import OrderConfig
 from stoker.pipeline.plan import plan_epoch
 from stoker.pipeline.prefetch import Prefetcher
@@ -75,3 +78,17 @@ def test_a_read_ahead_pending_at_the_fork_is_fetched_again_in_the_child(
         engine.close()
     assert len(keys) == 24
     assert len(set(keys)) == 24
+
+
+def test_an_iteration_the_parent_started_is_refused_in_a_forked_child(tmp_path: Path) -> None:
+    # Its decodes run on the parent's threads: the child's next() waited forever.
+    write_image_folder(tmp_path / "src", files=48, classes=2, width=16, height=12)
+    pack(tmp_path / "src", tmp_path / "ds", config=PackConfig(samples_per_shard=8))
+    with Loader(str(tmp_path / "ds"), batch_size=4) as loader:
+        started = iter(loader)
+        assert len(next(started)["key"]) == 4
+        with pytest.raises(AssertionError, match=r"RuntimeError: this iteration of the Loader"):
+            in_forked_child(lambda: next(started), timeout_s=30)
+        # A new iteration in the child reads the rest of the epoch itself.
+        assert in_forked_child(lambda: sum(len(b["key"]) for b in loader), timeout_s=60) == 44
+        assert sum(len(batch["key"]) for batch in started) == 44  # the parent's goes on

@@ -59,6 +59,20 @@ class EpochRun:
         """Whether this process started it."""
         return self.pid == os.getpid()
 
+    def check_here(self) -> None:
+        """Raise unless this process started the run: a forked child cannot go on with one.
+
+        Raises:
+            RuntimeError: This process was forked from the one that started the run.
+        """
+        if not self.here:
+            raise RuntimeError(
+                f"this iteration of the Loader (epoch {self.epoch}) was started in process "
+                f"{self.pid}, and this process ({os.getpid()}) was forked from it: its reads "
+                "and decodes stayed there, so it cannot go on here. Start a new one in this "
+                "process (for batch in loader: ...), or fork before iterating"
+            )
+
     def fill(self, batches: Batcher, depth: int) -> None:
         """Start decoding the next batches, up to ``depth`` decoding; wait for a batch's
         samples only when nothing is decoding (else that is delivered first)."""

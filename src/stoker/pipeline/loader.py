@@ -336,11 +336,11 @@ class Loader:
             batch = self._batches.finish(pending_batch, self._stats.skipped)
             now = self._delivered(number, batch, resumed)
             run.stream.delivering = True
-            # Keep the decode threads busy while the caller steps: start what is in now.
-            run.start_ready(self._batches, self._decode_depth)
+            run.start_ready(self._batches, self._decode_depth)  # busy while the caller steps
             if not run.pending and self._next is not None and self.world.num_workers == 1:
                 self._next.start_ready(self._batches, self._decode_depth - len(run.decodes))
             yield batch
+            run.check_here()  # a forked child would wait forever for the parent's decodes
             resumed = time.perf_counter()
             self.stages.record(Stage.CONSUMER_STEP, resumed - now, start_s=now, lane="consumer")
         # The epoch is over: the next iteration, and a state saved now, start the next one.
