@@ -36,6 +36,7 @@ from stoker.core.checks import check_choice
 from stoker.core.metrics import TraceEvent
 from stoker.integrations.observe import RunRecord
 from stoker.integrations.torch_dataset import StokerIterableDataset, detect_world
+from stoker.integrations.torch_handover import Arrivals
 from stoker.integrations.torch_tensors import each_tensor, to_tensors
 from stoker.integrations.torch_workers import refuse_bootstrap
 from stoker.pipeline.config import LoaderOptions
@@ -71,7 +72,10 @@ class TorchLoader:
     default, serve every epoch after it (as a DataLoader's ``persistent_workers``): the
     first batch of a later epoch pays no worker start, and each worker makes its first
     batch of the next epoch as soon as its share of this one is made. :meth:`close` (or
-    leaving a ``with`` block) stops them.
+    leaving a ``with`` block) stops them. The workers hand batches over through shared
+    memory (``/dev/shm``); a batch that does not fit comes through the worker's pipe
+    instead, with a warning (once) saying how much room is needed and how to give it (see
+    :mod:`stoker.integrations.torch_handover`), and a batch that never arrives is an error.
 
     Args:
         source: What :class:`stoker.Loader` takes: a dataset URL or path, an unpacked
@@ -126,6 +130,7 @@ class TorchLoader:
         self.channels_last = channels_last
         self._state: dict[str, Any] | None = None  # the state after the last delivery
         self._record = RunRecord(in_process=num_workers == 0)
+        self._piped_warned = False  # said that /dev/shm is too small for the batches
         # Weak: the iteration refers to this loader, and a cycle would leave an abandoned
         # one to the garbage collector, which may close it on any thread at any time.
         self._running: weakref.ref[Generator[dict[str, Any], None, None]] | None = None
@@ -202,12 +207,14 @@ class TorchLoader:
                 multiprocessing_context=self.multiprocessing_context,
                 collate_fn=_as_delivered,
             )
+        arrivals = self._arrivals()
         resumed = time.perf_counter()
         batches = iter(self._workers)
         while True:
             try:
-                batch, state, report = next(batches)
+                piece, state, report = next(batches)
             except StopIteration:
+                arrivals.ended()
                 break
             except RuntimeError as exc:
                 if self._record.stats(None).batches or "exited unexpectedly" not in str(exc):
@@ -217,6 +224,8 @@ class TorchLoader:
                     "traceback is printed above). Under spawn or forkserver, a script "
                     'without an `if __name__ == "__main__":` guard is the usual cause'
                 ) from exc
+            batch = arrivals.received(piece, state)
+            self._piped_warned = arrivals.warned
             now = time.perf_counter()
             self._record.report(report)
             self._record.delivered(len(batch["label"]), resumed, now)
@@ -225,6 +234,20 @@ class TorchLoader:
             self._record.stepped(now, resumed)
         if not self.persistent_workers:
             self._stop_workers()
+
+    def _arrivals(self) -> Arrivals:
+        """What the workers' batches of this iteration must be: from where they start (a
+        state of another world size counts the rest of its epoch anew) to the epoch's end."""
+        fresh = self.dataset.fresh_state()
+        start = self.dataset.resume or fresh  # what the workers read
+        counted = not start["segments"] and start["world_size"] == fresh["world_size"]
+        return Arrivals(
+            self.num_workers,
+            epoch=int(start["epoch"]),
+            position=int(start["batches"]) if counted else None,
+            total=len(self) if counted else None,
+            warned=self._piped_warned,
+        )
 
     def _prepare(self, batch: dict[str, Any]) -> dict[str, Any]:
         """Pin and move the batch's tensors (those in a list too); the rest stays as it is."""

@@ -15,7 +15,8 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from stoker.core.metrics import TraceEvent
 from stoker.integrations.observe import WorkerReport, batched_by_a_dataloader, new_events
-from stoker.integrations.torch_tensors import each_tensor, to_tensors
+from stoker.integrations.torch_handover import hand_over
+from stoker.integrations.torch_tensors import to_tensors
 from stoker.integrations.torch_workers import FirstBatches, NextEpoch, StartPoint
 from stoker.pipeline.autotune import default_threads
 from stoker.pipeline.config import BLOCK_PAGE_BYTES, DecodeConfig, LoaderOptions, SourceConfig
@@ -52,7 +53,10 @@ class StokerIterableDataset(IterableDataset[dict[str, Any]]):
     makes its batch first, on a thread per worker, and the others wait for it (at most
     :data:`~stoker.integrations.torch_workers.LEAD_WAIT_S`) rather than share the cores.
     :meth:`set_epoch` (and a state to resume from) reaches workers that persist: it is
-    kept in memory shared with them.
+    kept in memory shared with them. A worker moves each batch's tensors into shared
+    memory itself before handing it over: where ``/dev/shm`` has no room, the iteration
+    raises ``OSError`` (``ENOSPC``) saying how big it is and what to change, rather than
+    the DataLoader dropping the batch.
 
     Args:
         source: What :class:`stoker.Loader` takes: a dataset URL or path, an unpacked
@@ -219,7 +223,7 @@ class StokerIterableDataset(IterableDataset[dict[str, Any]]):
         elif info.num_workers > 1:
             before = partial(firsts.wait, epoch)  # then the event that ends the wait
         batches = self._epoch(after, info)
-        return NextEpoch(after, batches, ready=_share_tensors, before=before, after=made)
+        return NextEpoch(after, batches, before=before, after=made)
 
     def _loader(self, info: Any) -> Loader:
         """This process's loader, made on first use."""
@@ -258,7 +262,9 @@ class StokerIterableDataset(IterableDataset[dict[str, Any]]):
             loader.trace(max_events=max_events)
             self._tracing = max_events
         for batch in loader:
-            tensors = to_tensors(batch)
+            tensors: Any = to_tensors(batch)
+            if info is not None:  # in shared memory now, or by value where it has no room
+                tensors = hand_over(tensors, pipe=self.with_state, workers=info.num_workers)
             if not self.with_state:
                 yield tensors
                 continue
@@ -279,15 +285,6 @@ class StokerIterableDataset(IterableDataset[dict[str, Any]]):
         live, self.live = self.live, None
         if live is not None and self._loader_pid == os.getpid():
             live.close()
-
-
-def _share_tensors(item: Any) -> None:
-    """Move a worker's batch's tensors into shared memory now (the DataLoader does it when
-    the batch is handed over, a copy of the whole batch)."""
-    batch = item[0] if isinstance(item, tuple) else item
-    for value in batch.values():
-        for tensor in each_tensor(value):
-            tensor.share_memory_()  # type: ignore[no-untyped-call]  # torch leaves it unannotated
 
 
 def _described(source: SourceLike) -> str:

@@ -136,9 +136,8 @@ class NextEpoch:
 
     Args:
         start: The state the batches start from (the next epoch's beginning).
-        batches: The iteration that makes them (not yet started).
-        ready: Called on the first batch once made, on the same thread (to move its
-            tensors into shared memory there rather than when it is handed over).
+        batches: The iteration that makes them (not yet started; it moves each batch's
+            tensors into shared memory itself, on this thread).
         before: Called first, on the same thread, with an event set when the batches are
             no longer wanted (to wait for another worker's first batch).
         after: Called last, on the same thread, whether a batch was made or not.
@@ -148,14 +147,12 @@ class NextEpoch:
         self,
         start: dict[str, Any],
         batches: Iterator[Any],
-        ready: Callable[[Any], None] | None = None,
         *,
         before: Callable[[threading.Event], object] | None = None,
         after: Callable[[], None] | None = None,
     ) -> None:
         self.start = start
         self._batches = batches
-        self._ready = ready
         self._before, self._after = before, after
         self._unwanted = threading.Event()
         self._first: list[Any] = []
@@ -184,10 +181,7 @@ class NextEpoch:
                 self._before(self._unwanted)
                 if self._unwanted.is_set():
                     return
-            first = next(self._batches)
-            if self._ready is not None:
-                self._ready(first)
-            self._first = [first]
+            self._first = [next(self._batches)]
         except StopIteration:
             pass
         except BaseException as exc:  # re-raised where the batch is asked for
