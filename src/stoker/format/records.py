@@ -28,10 +28,14 @@ import numpy as np
 from PIL import Image
 
 from stoker.format.imaging import PILLOW_ERRORS, pillow_problem
-from stoker.format.spec import DEFAULT_MAX_PIXELS
 
 #: Decodes one member's bytes; raises ValueError on bytes it cannot decode.
 FieldDecoder = Callable[[bytes], Any]
+
+#: Default ``max_pixels`` of :func:`decode_image`: 4096 x 4096, 48 MiB as RGB. An image field
+#: is kept whole in the batch, so its bound is lower than the transformed image's
+#: (:data:`~stoker.format.spec.DEFAULT_MAX_PIXELS`), which is resized as it is decoded.
+FIELD_MAX_PIXELS = 1 << 24
 
 #: Largest ``npy`` header the decoder reads (numpy's own limit for untrusted files).
 _MAX_NPY_HEADER = 10_000
@@ -214,20 +218,28 @@ def decode_npy(data: bytes) -> np.ndarray | bytes:
     return array.copy() if not array.flags.writeable else array
 
 
-def decode_image(data: bytes) -> np.ndarray:
+def decode_image(data: bytes, *, max_pixels: int = FIELD_MAX_PIXELS) -> np.ndarray:
     """An image other than the transformed one (a segmentation mask, a depth map), as an
     array in its own mode: grey, palette indices and 16-bit or float planes as ``(H, W)``,
     RGBA as ``(H, W, 4)``, anything else as ``(H, W, 3)`` RGB.
 
+    Such an image is not resized by the transform: it reaches the batch whole, so its size
+    is bounded before decoding (a PNG of a few hundred kB can declare 9000 x 9000 pixels).
+    For larger ones, decode the field with ``FieldsConfig(decoders={"png":
+    functools.partial(decode_image, max_pixels=N)})``.
+
     Raises:
-        ValueError: Not an image Pillow reads, or more pixels than
-            :data:`~stoker.format.spec.DEFAULT_MAX_PIXELS` (checked before decoding).
+        ValueError: Not an image Pillow reads, or more pixels than ``max_pixels``
+            (default :data:`FIELD_MAX_PIXELS`; checked before decoding).
     """
     try:
         with Image.open(io.BytesIO(data)) as image:
-            if image.width * image.height > DEFAULT_MAX_PIXELS:
+            if image.width * image.height > max_pixels:
                 raise ValueError(
-                    f"{image.width}x{image.height} image is over {DEFAULT_MAX_PIXELS:,} pixels"
+                    f"{image.width}x{image.height} image is over {max_pixels:,} pixels, the "
+                    f"bound for an image field besides the transformed one (it reaches the "
+                    f"batch whole); to read larger ones, decode the field with "
+                    f"functools.partial(decode_image, max_pixels=N) in FieldsConfig.decoders"
                 )
             if image.mode in ("L", "P", "I", "I;16", "F", "RGB", "RGBA"):
                 return np.asarray(image)
