@@ -40,6 +40,11 @@ class RetriesExhaustedError(StorageError):
     """A request kept failing with retryable errors until the retry budget ran out."""
 
 
+class ListingStalledError(StorageError):
+    """A listing made no progress: the server paged in a loop, or sent no new keys within
+    the listing's deadline. The message names the listing and what the server did."""
+
+
 class TransferError(StokerError):
     """Some objects of a download or upload failed; ``failures`` lists them."""
 

@@ -23,9 +23,8 @@ from click.testing import CliRunner
 
 from stoker import Loader
 from stoker.cli.main import cli
-from stoker.errors import StorageError
+from stoker.errors import ListingStalledError, StorageError
 from stoker.storage import listguard, obstorelist, open_store
-from stoker.storage.listguard import ListingStalledError
 from stoker.storage.rawlist import RawLister, RootedLister
 from stoker.testing.listing import ListingServer, Script, listing_page
 

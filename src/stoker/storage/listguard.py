@@ -19,9 +19,9 @@ second, and a one-level listing growing, for ever. So:
 * Past a deadline without an answer (:func:`watched`'s ``deadline_s``), the listing ends.
 
 Cancelling obstore's future stops its requests. Each way ends with a
-:class:`ListingStalledError` (a :class:`~stoker.errors.StorageError`) naming the listing,
-what the server did, and no request more: a listing keeps at most one chunk, or what a
-level gathered before its probe answered, in memory.
+:class:`~stoker.errors.ListingStalledError` (a :class:`~stoker.errors.StorageError`) naming
+the listing, what the server did, and no request more: a listing keeps at most one chunk,
+or what a level gathered before its probe answered, in memory.
 """
 
 from __future__ import annotations
@@ -36,14 +36,13 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
-from stoker.errors import StorageError
+from stoker.errors import ListingStalledError
 
 __all__ = [
     "ORDERS",
     "PROBE_AFTER_S",
     "ChunkOrder",
     "KeyOrders",
-    "ListingStalledError",
     "key_bytes",
     "watched",
 ]
@@ -54,11 +53,6 @@ T = TypeVar("T")
 
 #: Seconds a chunk or a one-level listing may take before a probe checks its pages.
 PROBE_AFTER_S = 1.0
-
-
-class ListingStalledError(StorageError):
-    """A listing made no progress: the server paged in a loop, or sent no new keys within
-    the listing's deadline. The message names the listing and what the server did."""
 
 
 def key_bytes(key: str) -> bytes:

@@ -4,7 +4,7 @@
 under a prefix come as obstore's chunks (up to 1,000 keys), each one request of the store
 (paced, retried, counted); one level is obstore's ``list_with_delimiter``. Both are watched
 (:mod:`stoker.storage.listguard`) so that a server that pages in a loop ends the listing
-with a :class:`~stoker.storage.listguard.ListingStalledError` naming what it did, which is
+with a :class:`~stoker.errors.ListingStalledError` naming what it did, which is
 not retried: asking again would loop again. A chunk must move on; one that has not come
 after :data:`~stoker.storage.listguard.PROBE_AFTER_S` is checked by a probe of the same
 pages, and must come within :data:`CHUNK_DEADLINE_TIMEOUTS` request timeouts
@@ -23,9 +23,9 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from stoker.errors import StorageError
+from stoker.errors import ListingStalledError, StorageError
 from stoker.storage.base import Listing, ObjectMeta
-from stoker.storage.listguard import ChunkOrder, ListingStalledError, watched
+from stoker.storage.listguard import ChunkOrder, watched
 from stoker.storage.native import native
 from stoker.storage.options import StorageOptions
 from stoker.storage.url import StorageUrl

@@ -16,7 +16,7 @@ The server is not trusted to page sensibly. One request, connection to last byte
 continuation token sent back, keys not past ``start-after`` or the previous page, a
 truncated page with no keys and nothing to go on, a key outside the prefix) ends with a
 :class:`~stoker.errors.StorageError` naming the bucket, the prefix and what the server did,
-instead of asking again forever (a :class:`~stoker.storage.listguard.ListingStalledError`).
+instead of asking again forever (a :class:`~stoker.errors.ListingStalledError`).
 :meth:`RootedLister.probe` reads the first pages of a listing only to check them: how
 :mod:`stoker.storage.listguard` finds out what a server does when obstore's listing of it
 does not move on. Pages are parsed by :mod:`stoker.storage.listpage`.
@@ -34,8 +34,9 @@ import urllib.parse
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from stoker.errors import ListingStalledError
 from stoker.storage.base import Listing, ObjectMeta
-from stoker.storage.listguard import KeyOrders, ListingStalledError, key_bytes, short, stalled
+from stoker.storage.listguard import KeyOrders, key_bytes, short, stalled
 from stoker.storage.listpage import RawPage, parse_page
 from stoker.storage.sigv4 import sigv4_headers
 
@@ -313,7 +314,7 @@ class RootedLister:
 
     async def probe(self, prefix: str, *, start_after: str | None, delimiter: bool) -> None:
         """Read the first pages of a listing by their tokens, only to check them: raise
-        :class:`~stoker.storage.listguard.ListingStalledError` where the listing itself
+        :class:`~stoker.errors.ListingStalledError` where the listing itself
         would (see the module docstring); return once two pages with keys moved on, the
         listing ended, or a page gave no token to follow. At most ``MAX_EMPTY_PAGES + 2``
         requests; nothing is kept but what the checks need."""
