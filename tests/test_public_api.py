@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -56,15 +57,14 @@ def _run(code: str) -> str:
 
 
 def test_import_stoker_imports_no_export_until_it_is_used() -> None:
-    # Each export's module loads on first use: `import stoker` alone is the package (and
-    # the empty stoker.pack, which holds the name pack() for the function).
+    # Each export's module loads on first use: `import stoker` alone is the package, and
+    # stoker.pack (the package, callable as pack()) imports the packer at the first call.
     loaded = _run("import sys, stoker; print(sorted(m for m in sys.modules if 'stoker' in m))")
-    assert loaded == "['stoker', 'stoker.pack']"
+    assert loaded == "['stoker']"
     used = "import sys, stoker; stoker.Loader; print('stoker.pack.packer' in sys.modules)"
     assert _run(used) == "False"
-    assert _run("import sys, stoker; stoker.pack; print('stoker.pack.packer' in sys.modules)") == (
-        "True"
-    )
+    named = "import sys, stoker; stoker.pack; print('stoker.pack.packer' in sys.modules)"
+    assert _run(named) == "False"
 
 
 def test_a_training_process_imports_no_pack_cli_or_transfer_module() -> None:
@@ -100,8 +100,51 @@ def test_star_import_and_unknown_names() -> None:
 
 def test_pack_stays_the_function_when_its_subpackage_is_imported_first() -> None:
     code = (
-        "import stoker.pack.tokens, stoker.pack.packer, stoker; "
+        "import inspect, stoker.pack.tokens, stoker.pack.packer, stoker; "
         "from stoker import pack; "
-        "print(callable(stoker.pack), pack is stoker.pack, pack.__module__)"
+        "print(callable(stoker.pack), pack is stoker.pack, "
+        "inspect.signature(pack) == inspect.signature(stoker.pack.packer.pack), "
+        "pack.__doc__ == stoker.pack.packer.pack.__doc__)"
     )
-    assert _run(code) == "True True stoker.pack.packer"
+    assert _run(code) == "True True True True"
+
+
+# Imports as users write them, each run in a fresh interpreter, and the name that packs.
+PACK_IMPORTS = {
+    "import stoker.pack.packer as packer": "packer.pack",
+    "from stoker.pack import packer": "packer.pack",
+    "import stoker.pack.packer": "stoker.pack.packer.pack",
+    "import stoker": "stoker.pack",
+    "from stoker import pack": "pack",
+    "import stoker.pack as pack": "pack",
+    "import stoker.pack.packer as packer; import stoker": "stoker.pack",
+    "import stoker.pack.packer as packer; from stoker import pack": "pack",
+}
+
+
+@pytest.mark.parametrize("imports", sorted(PACK_IMPORTS))
+def test_both_import_forms_of_the_packer_work_and_stoker_pack_packs(
+    imports: str, tmp_path: Path
+) -> None:
+    # issue 33 item 5: `import stoker.pack.packer as p` raised ImportError, since
+    # `stoker.pack` was the function pack() (fails before)
+    folder = tmp_path / "images" / "cat"
+    folder.mkdir(parents=True)
+    (folder / "a.png").write_bytes(_png())
+    call = PACK_IMPORTS[imports]
+    code = (
+        f"{imports}\n"
+        f"report = {call}({str(tmp_path / 'images')!r}, {str(tmp_path / 'packed')!r})\n"
+        "print(type(report).__name__, report.samples)"
+    )
+    assert _run(code) == "PackReport 1"
+
+
+def _png() -> bytes:
+    import io
+
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("RGB", (4, 4), (200, 10, 10)).save(out, format="PNG")
+    return out.getvalue()

@@ -94,7 +94,7 @@ _EXPORTS: dict[str, str] = {
     "download": "stoker.storage.transfer",
     "open_dataset": "stoker.format.reader",
     "open_store": "stoker.storage",
-    "pack": "stoker.pack.packer",
+    "pack": "stoker.pack",  # the package, callable as pack() (see stoker/pack/__init__.py)
     "pack_tokens": "stoker.pack.tokens",
     "transforms": "stoker.transforms",  # a module: the name is the module itself
     "upload": "stoker.storage.transfer",
@@ -148,21 +148,12 @@ __all__ = [
 ]
 
 
-# `stoker.pack` names the function pack(), but the first import of the subpackage of that
-# name (`import stoker.pack.packer`, by the CLI say) would bind it to the subpackage: the
-# subpackage (an empty __init__) is loaded now and the name left to __getattr__.
-importlib.import_module("stoker.pack")
-del globals()["pack"]
-
-
 def __getattr__(name: str) -> Any:
     """Import a public name's module on first use (PEP 562) and keep the name here."""
     where = _EXPORTS.get(name)
     if where is None:
         raise AttributeError(f"module 'stoker' has no attribute {name!r}")
     module = importlib.import_module(where)
-    # `stoker.pack` is both a subpackage and the function pack(): the function wins, as it
-    # did when this module imported it eagerly.
     value = module if where == f"stoker.{name}" else getattr(module, name)
     globals()[name] = value
     return value
