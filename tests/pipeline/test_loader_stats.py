@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -13,7 +15,6 @@ import pytest
 from stoker import DecodeConfig, OrderConfig, Stage, World, open_dataset
 from stoker.core.pricing import StoragePrices
 from stoker.pack.packer import PackConfig, pack
-from stoker.pipeline.decode import decode_full
 from stoker.pipeline.loader import Loader
 from stoker.pipeline.transforms import RandomResizedCrop
 from stoker.testing.images import write_image_folder, write_packed_images
@@ -47,29 +48,6 @@ def test_every_stage_is_timed_and_counts_its_items(dataset_url: str) -> None:
     assert "transform" not in stages  # the built-in transform is part of decode
     assert all(t.seconds >= 0 for t in stages.values())
     assert stats.wait_s == stages["consumer.wait"].seconds
-
-
-def test_a_user_transform_is_timed_apart_from_decode(dataset_url: str) -> None:
-    def slow(image: object) -> object:
-        time.sleep(0.002)
-        return image
-
-    with Loader(
-        dataset_url, batch_size=16, transform=slow, decode=DecodeConfig(threads=2)
-    ) as loader:
-        list(loader)
-        stages = loader.stats().stages
-    assert stages["transform"].items == 64
-    assert stages["transform"].seconds >= 64 * 0.002
-
-
-def test_a_slow_consumer_is_not_input_bound(dataset_url: str) -> None:
-    with Loader(dataset_url, batch_size=8, transform=RandomResizedCrop(16)) as loader:
-        for _ in loader:
-            time.sleep(0.05)  # a long training step: the pipeline keeps ahead
-        slow = loader.stats()
-    assert slow.step_s >= 7 * 0.05
-    assert slow.wait_share < 0.5
 
 
 def test_cost_per_epoch_prices_measured_requests(dataset_url: str) -> None:
@@ -133,51 +111,111 @@ def test_since_gives_what_happened_between_two_snapshots(dataset_url: str) -> No
     )
 
 
-def sleepy_transform(image: Any) -> np.ndarray:
-    """A user transform that takes 5 ms per image (module level: picklable for processes)."""
-    time.sleep(0.005)
-    return np.zeros((8, 8, 3), np.uint8)
+# The decode stages read time.perf_counter and time.thread_time; a test of what they time
+# gives them a clock that moves only where the test says, by binary fractions (sums exact).
+DECODE_S = 2**-8  # each image's decoding: CPU and wall
+TRANSFORM_S = 2**-6  # each call of the user's transform: wall ...
+TRANSFORM_CPU_S = 2**-10  # ... of which it ran this long (it waited the rest)
 
 
-@pytest.fixture(scope="module")
-def large_url(tmp_path_factory: pytest.TempPathFactory) -> str:
-    return write_packed_images(
-        tmp_path_factory.mktemp("large"),
-        files=24,
-        classes=2,
-        width=1200,
-        height=900,
-        samples_per_shard=24,
-    )
+class FakeClock:
+    """``perf_counter`` and ``thread_time`` per thread, from 0, moved only by :meth:`advance`;
+    anything else is the time module's."""
+
+    def __init__(self) -> None:
+        self._threads = threading.local()
+
+    def perf_counter(self) -> float:
+        return float(getattr(self._threads, "wall", 0.0))
+
+    def thread_time(self) -> float:
+        return float(getattr(self._threads, "cpu", 0.0))
+
+    def advance(self, *, wall: float, cpu: float) -> None:
+        self._threads.wall = self.perf_counter() + wall
+        self._threads.cpu = self.thread_time() + cpu
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+
+def install_fake_clock(patch: Callable[[object, str, object], None]) -> FakeClock:
+    """Give the decode stages a fake clock, and make each image's decoding take DECODE_S of
+    it; ``patch`` is ``monkeypatch.setattr`` here, ``setattr`` in a worker process."""
+    from stoker.pipeline import batching, decode, workers
+
+    clock = FakeClock()
+    real_decode = decode.decode_full
+
+    def decode_full(data: Any, **options: Any) -> Any:
+        clock.advance(wall=DECODE_S, cpu=DECODE_S)
+        return real_decode(data, **options)
+
+    patch(workers, "decode_full", decode_full)
+    patch(workers, "time", clock)
+    patch(batching, "time", clock)
+    return clock
+
+
+class ClockedTransform:
+    """A user transform that takes TRANSFORM_S of the fake clock, TRANSFORM_CPU_S of them
+    running. Sent to a worker process, it arrives with a fake clock installed there, before
+    the worker reads the clock."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock = clock
+
+    def __call__(self, image: Any) -> np.ndarray:
+        self.clock.advance(wall=TRANSFORM_S, cpu=TRANSFORM_CPU_S)
+        return np.zeros((8, 8, 3), np.uint8)
+
+    def __reduce__(self) -> tuple[Any, tuple[()]]:
+        return _clocked_transform_in_a_worker, ()
+
+
+def _clocked_transform_in_a_worker() -> ClockedTransform:
+    return ClockedTransform(install_fake_clock(setattr))
 
 
 @pytest.mark.parametrize("method", ["thread", "process"])
 def test_the_transform_stage_times_only_the_users_callable(
-    large_url: str, method: Literal["thread", "process"]
+    dataset_url: str, method: Literal["thread", "process"], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    samples = open_dataset(large_url).read_many(list(range(24)))
-    started = time.thread_time()  # CPU seconds, as the decode stage counts them
-    for sample in samples:
-        decode_full(sample["jpg"])
-    bare_decode_s = (time.thread_time() - started) / len(samples)
-    assert bare_decode_s > 0.002  # large enough for a misplaced timer to show
-
-    decode = DecodeConfig(threads=1, method=method)
-    with Loader(large_url, batch_size=8, transform=sleepy_transform, decode=decode) as loader:
+    # The stages' seconds are what the fake clock says happened in each: the transform
+    # stage holds the user's callable (its wall time) and no decoding; the decode stage
+    # holds the decoding and none of the callable (not even the CPU time it ran).
+    clock = install_fake_clock(monkeypatch.setattr)
+    decode = DecodeConfig(threads=2, method=method)
+    with Loader(
+        dataset_url, batch_size=8, transform=ClockedTransform(clock), decode=decode
+    ) as loader:
         loader.read_ahead = False  # one epoch: the next one's start is not decoded
-        list(loader)
+        assert sum(len(batch["key"]) for batch in loader) == 64
         stages = loader.stats().stages
     transform, decoded = stages[Stage.TRANSFORM], stages[Stage.DECODE]
-    assert transform.items == decoded.items == 24
-    # About 5 ms per image in the transform stage: the sleep, no decoding.
-    assert 0.005 <= transform.seconds / transform.items < 0.005 + bare_decode_s / 2
-    # The decode stage holds the decoding...
-    assert decoded.seconds / decoded.items > bare_decode_s / 2
-    if method == "thread":  # ...and none of the sleep (all of it would show). A worker
-        # process adds its own costs (arena copies, a fresh interpreter's first decodes).
-        # A decode beside the loader's other threads takes up to ~20 % more CPU than the
-        # lone decodes measured above (a loaded 2-core machine measured 10.1 against 7.4 ms).
-        assert decoded.seconds / decoded.items < bare_decode_s * 1.2 + 0.0025
+    assert transform.items == decoded.items == 64
+    assert transform.seconds == 64 * TRANSFORM_S
+    assert decoded.seconds == 64 * DECODE_S
+
+
+STEP_S = 2**-4  # each training step of the consumer, on the fake clock
+
+
+def test_the_consumers_time_between_batches_is_its_step_not_a_wait(
+    dataset_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from stoker.pipeline import loader as loader_module
+
+    clock = FakeClock()  # the clock the Loader times next() and the consumer's steps with
+    monkeypatch.setattr(loader_module, "time", clock)
+    with Loader(dataset_url, batch_size=8, transform=RandomResizedCrop(16)) as loader:
+        for _ in loader:
+            clock.advance(wall=STEP_S, cpu=0.0)  # a training step
+        stats = loader.stats()
+    assert stats.stages[Stage.CONSUMER_STEP].calls == 8
+    assert stats.step_s == 8 * STEP_S
+    assert stats.wait_s == 0.0  # the clock did not move inside next()
+    assert stats.wait_share == 0.0
 
 
 @pytest.mark.parametrize("world_size", [1, 3])
