@@ -5,7 +5,7 @@ Issue 24's benchmark. A corpus of random token documents (50-3,000 tokens, GPT-2
 vocabulary of 50,257 ids as ``uint16``, an end-of-text id after each; ~600 MB of tokens,
 ``--quick`` ~100 MB) is written once in each loader's own format (``tokens_data.py``) and
 uploaded to SeaweedFS behind the 20 ms / 1 Gbit/s proxy. Every method delivers batches of
-8 sequences of ``seq_len=2048`` as ``input_ids`` and ``labels`` (the next tokens), shuffled,
+8 sequences of ``seq_len=2048`` as ``input_ids`` and ``targets`` (the next tokens), shuffled,
 one whole epoch, in a process of its own (``tokens_children.py``):
 
 - stoker, cold: ``TokenLoader`` on its defaults, no cache; its first batch counted from
@@ -20,9 +20,10 @@ one whole epoch, in a process of its own (``tokens_children.py``):
   tokens (llm-foundry's layout), in a torch DataLoader (``--mosaic-workers``); cold;
 - memmap loop: the stream in a local file, ``np.memmap``, sequences in a random order
   stacked into batches (nanoGPT's loop), one thread: the local-disk bound. Two rows: the
-  uint16 rows with ``input_ids`` and ``labels`` as views of them (no cast), and the same
-  arrays stoker delivers, ``int64`` ``input_ids`` and ``labels`` (each one cast of the
-  stacked rows). The warm goal is against the second: the same arrays delivered;
+  uint16 rows with ``input_ids`` and ``targets`` as views of them (no cast), and the same
+  arrays stoker delivers, ``int64`` ``input_ids`` and ``targets`` (each one cast of the
+  stacked rows) and ``labels`` (a copy of ``input_ids``). The warm goal is against the
+  second: the same arrays delivered;
 - the link's ceiling: the tokens/s that 1 Gbit/s carries of ``uint16`` tokens.
 
 Before each method the harness lets the machine settle (the corpus flushed to disk once;

@@ -12,10 +12,11 @@ sequence) delivered, seconds (from the first ``next()`` to the last batch), toke
 seconds over those (this process's threads, and the loader's worker processes once they
 are joined), ``first_batch_at`` and ``imported_at`` (``time.time()``: the parent subtracts
 the moment it started the process), peak RSS. Every batch is split into ``input_ids``
-(the first ``seq_len`` tokens of each sequence) and ``labels`` (the last ``seq_len``) of
-shape ``(batch, seq_len)``, and the first is checked. The store comes from the ``AWS_*``
-variables (stoker, LitData) or ``S3_ENDPOINT_URL`` (Mosaic). Only the method's own
-library is imported, so the first batch counts what a user's process would import.
+(the first ``seq_len`` tokens of each sequence) and ``targets`` (the last ``seq_len``: the
+next tokens) of shape ``(batch, seq_len)``, and the first is checked. The store comes from
+the ``AWS_*`` variables (stoker, LitData) or ``S3_ENDPOINT_URL`` (Mosaic). Only the
+method's own library is imported, so the first batch counts what a user's process would
+import.
 """
 
 from __future__ import annotations
@@ -46,29 +47,29 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _check(inputs: Any, labels: Any, seq_len: int, batch: int) -> None:
-    if tuple(inputs.shape) != (batch, seq_len) or tuple(labels.shape) != (batch, seq_len):
+def _check(inputs: Any, targets: Any, seq_len: int, batch: int) -> None:
+    if tuple(inputs.shape) != (batch, seq_len) or tuple(targets.shape) != (batch, seq_len):
         raise RuntimeError(f"a batch of {tuple(inputs.shape)}, expected {(batch, seq_len)}")
-    if (inputs[:, 1:] != labels[:, :-1]).any():
-        raise RuntimeError("labels are not the inputs shifted by one")
+    if (inputs[:, 1:] != targets[:, :-1]).any():
+        raise RuntimeError("targets are not the inputs shifted by one")
 
 
 def _split_rows(rows: Any) -> tuple[Any, Any]:
-    """Sequences of ``seq_len + 1`` as ``input_ids`` and ``labels`` (views, no copy)."""
+    """Sequences of ``seq_len + 1`` as ``input_ids`` and ``targets`` (views, no copy)."""
     return rows[:, :-1], rows[:, 1:]
 
 
 def timed(batches: Iterable[Any], split: Any, seq_len: int, batch: int) -> dict[str, Any]:
-    """Run ``batches`` (each made ``(input_ids, labels)`` by ``split``) to its end."""
+    """Run ``batches`` (each made ``(input_ids, targets)`` by ``split``) to its end."""
     cpu_started, children_started = time.process_time(), _children_cpu()
     started = time.perf_counter()
     first_at, sequences = 0.0, 0
     iterator = iter(batches)
     for item in iterator:
-        inputs, labels = split(item)
+        inputs, targets = split(item)
         if not sequences:
             first_at = time.time()
-            _check(inputs, labels, seq_len, batch)
+            _check(inputs, targets, seq_len, batch)
         sequences += len(inputs)
     del iterator  # a DataLoader joins its workers here, so their CPU time is counted
     seconds = time.perf_counter() - started
@@ -105,7 +106,7 @@ def run_stoker(url: str, seq_len: int, batch: int, cache_dir: str | None) -> dic
         before = loader.stats().requests
 
         def split(b: dict[str, Any]) -> tuple[Any, Any]:
-            return b["input_ids"], b["labels"]
+            return b["input_ids"], b["targets"]
 
         result = timed(loader, split, seq_len, batch)
         stats = loader.stats()
@@ -192,10 +193,11 @@ def run_memmap(path: str, seq_len: int, batch: int, dtype: str) -> dict[str, Any
     """The numpy loop of nanoGPT-style training scripts: the stream memory-mapped from local
     disk, sequences of seq_len + 1 in a random order, stacked in batches.
 
-    ``dtype="uint16"``: the stacked rows, ``input_ids`` and ``labels`` as views of them (no
-    cast). Any other: what a TokenLoader of that dtype delivers, ``input_ids`` and
-    ``labels`` as two arrays of it, each one cast of the stacked rows (nanoGPT's
-    ``get_batch`` casts each row apart, x and y: 2.7x slower here, so not the baseline).
+    ``dtype="uint16"``: the stacked rows, ``input_ids`` and ``targets`` as views of them
+    (no cast). Any other: what a TokenLoader of that dtype delivers, ``input_ids`` and
+    ``targets`` as two arrays of it, each one cast of the stacked rows, and ``labels`` a
+    copy of ``input_ids`` (nanoGPT's ``get_batch`` casts each row apart, x and y: 2.7x
+    slower here, so not the baseline).
     """
     import numpy as np
 
@@ -212,9 +214,10 @@ def run_memmap(path: str, seq_len: int, batch: int, dtype: str) -> dict[str, Any
             if cast is None:
                 yield rows[:, :-1], rows[:, 1:]
             else:
-                yield rows[:, :-1].astype(cast), rows[:, 1:].astype(cast)
+                inputs = rows[:, :-1].astype(cast)
+                yield inputs, rows[:, 1:].astype(cast), inputs.copy()
 
-    result = timed(batches(), lambda pair: pair, seq_len, batch)
+    result = timed(batches(), lambda arrays: arrays[:2], seq_len, batch)
     return {**result, "imported_at": imported_at, "peak_rss_mb": _peak_rss_mb(), "dtype": dtype}
 
 

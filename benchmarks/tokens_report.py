@@ -12,8 +12,8 @@ NAMES = {
     "stoker": "stoker TokenLoader, cold",
     "stoker_warm": "stoker TokenLoader, second epoch from its disk cache",
     "mosaic": "Mosaic Streaming StreamingDataset (MDS), cold",
-    "memmap": "numpy memmap loop, local disk, uint16 rows (input_ids, labels: views)",
-    "memmap_int64": "numpy memmap loop, local disk, int64 input_ids and labels (as stoker)",
+    "memmap": "numpy memmap loop, local disk, uint16 rows (input_ids, targets: views)",
+    "memmap_int64": "numpy memmap loop, local disk, int64 input_ids, targets, labels (as stoker)",
 }
 # Issue 24's goals: shown beside what was measured, never asserted.
 VS_CEILING = 0.8

@@ -6,8 +6,9 @@
 small generated corpus as JSONL, tokenizes it byte by byte (``list(text.encode())``, an
 end-of-text id 256 after each document) and packs it with ``pack_tokens`` into a local
 token dataset. Every rank then trains a one-layer causal transformer on its share of the
-sequences of 64 tokens, ``TorchTokenLoader`` finding its rank through ``torch.distributed``
-(gloo). Halfway, the run saves a checkpoint (the model, the optimizer and the loader's
+sequences of 64 tokens (a cross-entropy of each position's logits against ``targets``, the
+next tokens), ``TorchTokenLoader`` finding its rank through ``torch.distributed`` (gloo).
+Halfway, the run saves a checkpoint (the model, the optimizer and the loader's
 ``state_dict()``, a few integers, as JSON), throws everything away and resumes from it, as
 a restarted job would: the second half continues with the sequences after the ones already
 trained on, none again. Each rank logs the sequence ids of each step to
@@ -112,7 +113,10 @@ def train(
         while step < steps.stop:
             for batch in loader:
                 logits = model(batch["input_ids"])
-                loss = nn.functional.cross_entropy(logits.flatten(0, 1), batch["labels"].flatten())
+                # targets: the next token of each input (a Hugging Face causal LM takes
+                # labels=batch["labels"] instead, equal to input_ids, and shifts them itself).
+                targets = batch["targets"].flatten()
+                loss = nn.functional.cross_entropy(logits.flatten(0, 1), targets)
                 optimizer.zero_grad()
                 loss.backward()
                 optimizer.step()

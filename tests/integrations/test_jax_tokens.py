@@ -26,7 +26,7 @@ OPTIONS: dict[str, Any] = {
     "documents": True,
     "order": OrderConfig(block_size=5),
 }
-FIELDS = ("input_ids", "labels", "position_ids", "index")
+FIELDS = ("input_ids", "labels", "targets", "position_ids", "index")
 
 
 def child(url: str, out: Path) -> None:
@@ -66,7 +66,7 @@ def test_batches_are_sharded_over_devices_and_equal_the_token_loaders(tmp_path: 
     facts = json.loads(out.with_suffix(".json").read_text())
     assert facts["devices"] == 2
     assert facts["global"]
-    assert facts["shards"] == [2, 2, 2, 2]
+    assert facts["shards"] == [2] * len(FIELDS)
     assert facts["host"] == ["ndarray", "list", "int"]
     assert facts["dtype"] == "int32"
     expected = list(TokenLoader(tmp_path, dtype="int32", **OPTIONS))

@@ -24,12 +24,15 @@ OPTIONS: dict[str, Any] = {
 }
 
 
+def _documents() -> list[tuple[str, np.ndarray]]:
+    rng = np.random.default_rng(0)
+    return [(f"d{i}", rng.integers(0, 30_000, int(rng.integers(2, 40)))) for i in range(150)]
+
+
 @pytest.fixture(scope="module")
 def tokens(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("tokens")
-    rng = np.random.default_rng(0)
-    docs = [(f"d{i}", rng.integers(0, 30_000, int(rng.integers(2, 40)))) for i in range(150)]
-    write_token_dataset(open_store(str(path)), docs, dtype=np.dtype("uint16"), eos_id=0)
+    write_token_dataset(open_store(str(path)), _documents(), dtype=np.dtype("uint16"), eos_id=0)
     return path
 
 
@@ -41,8 +44,9 @@ def test_batches_are_tensors_equal_to_the_token_loaders(tokens: Path) -> None:
     for a, b in zip(got, expected, strict=True):
         assert a["input_ids"].dtype == torch.int64
         assert a["input_ids"].shape[1] == SEQ_LEN
-        assert torch.equal(a["labels"][:, :-1], a["input_ids"][:, 1:])
-        for name in ("input_ids", "labels", "index", "position_ids", "cu_seqlens"):
+        assert torch.equal(a["labels"], a["input_ids"])
+        assert torch.equal(a["targets"][:, :-1], a["input_ids"][:, 1:])
+        for name in ("input_ids", "labels", "targets", "index", "position_ids", "cu_seqlens"):
             assert isinstance(a[name], torch.Tensor)
             assert np.array_equal(a[name].numpy(), b[name])
         assert a["cu_seqlens"].dtype == torch.int32
@@ -61,3 +65,23 @@ def test_state_is_after_the_batch_handed_out_not_the_one_copied_ahead(tokens: Pa
         resumed = TorchTokenLoader(tokens, device=device, **OPTIONS)
         resumed.load_state_dict(state)
         assert seen + [b["index"].tolist() for b in resumed] == whole
+
+
+def test_a_hugging_face_style_loss_on_labels_scores_the_next_token(tokens: Path) -> None:
+    """A causal LM that predicts each next token exactly has zero loss, scored as Hugging
+    Face's ``ForCausalLMLoss`` scores ``labels`` (shifted by the model: logits at ``j``
+    against ``labels[j + 1]``) and as a plain cross-entropy scores ``targets``."""
+    stream = torch.as_tensor(np.concatenate([np.append(d, 0) for _, d in _documents()]))
+    span = SEQ_LEN + 1
+    for batch in TorchTokenLoader(tokens, **OPTIONS):
+        following = stream[batch["index"][:, None] * span + torch.arange(1, span)]
+        logits = torch.full((*following.shape, 30_001), -1e4)
+        logits.scatter_(2, following[..., None], 1e4)  # an oracle of the next token
+        labels = batch["labels"]
+        # transformers' ForCausalLMLoss: pad labels with -100, then shift them left by one.
+        shifted = torch.nn.functional.pad(labels, (0, 1), value=-100)[..., 1:]
+        hf = torch.nn.functional.cross_entropy(logits.flatten(0, 1), shifted.flatten())
+        assert hf.item() == 0.0
+        assert torch.equal(logits[..., :-1, :].argmax(-1), labels[..., 1:])
+        plain = torch.nn.functional.cross_entropy(logits.flatten(0, 1), batch["targets"].flatten())
+        assert plain.item() == 0.0

@@ -98,18 +98,21 @@ def test_first_batch_apart_keeps_the_plan_and_fetches_each_sequence_once(
     assert not np.isin(np.concatenate(apart.chunks[1:]), first).any()
 
 
-def test_batches_held_stay_as_delivered_and_inputs_and_labels_do_not_share(
+def test_batches_held_stay_as_delivered_and_inputs_labels_and_targets_do_not_share(
     packed: tuple[Path, np.ndarray],
 ) -> None:
     path, stream = packed
     loader = _loader(path, dtype="int32")
     held = []
     for n, batch in enumerate(loader):
-        batch["labels"][:] = -100  # the caller's to write: inputs stay as they were
+        batch["labels"][:, ::2] = -100  # the caller's to write: the others stay as they were
         if n % 2 == 0:
             held.append(batch)  # the others are let go, and their arrays written again
     for batch in held:
-        assert batch["input_ids"].dtype == np.int32
-        assert (batch["labels"] == -100).all()
-        for k, inputs in zip(batch["index"], batch["input_ids"], strict=True):
+        assert batch["input_ids"].dtype == batch["targets"].dtype == np.int32
+        assert (batch["labels"][:, ::2] == -100).all()
+        assert np.array_equal(batch["labels"][:, 1::2], batch["input_ids"][:, 1::2])
+        rows = zip(batch["index"], batch["input_ids"], batch["targets"], strict=True)
+        for k, inputs, targets in rows:
             assert np.array_equal(inputs, stream[k * SPAN : k * SPAN + SEQ_LEN])
+            assert np.array_equal(targets, stream[k * SPAN + 1 : (k + 1) * SPAN])

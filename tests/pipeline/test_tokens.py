@@ -1,5 +1,6 @@
 """TokenLoader: sequences of a packed token stream, exactly once over ranks, resumable,
-mixed by tokens, with document boundaries from the index."""
+mixed by tokens, with document boundaries from the index; ``labels`` as Hugging Face takes
+them and ``targets`` shifted."""
 
 from __future__ import annotations
 
@@ -55,10 +56,12 @@ def _loader(path: Any, *, rank: int = 0, world_size: int = 1, **options: Any) ->
 
 
 def _check_rows(batch: dict[str, Any], stream: np.ndarray) -> None:
-    for k, inputs, labels in zip(batch["index"], batch["input_ids"], batch["labels"], strict=True):
+    rows = zip(batch["index"], batch["input_ids"], batch["targets"], strict=True)
+    for k, inputs, targets in rows:
         sequence = stream[k * SPAN : (k + 1) * SPAN]
         assert np.array_equal(inputs, sequence[:-1])
-        assert np.array_equal(labels, sequence[1:])
+        assert np.array_equal(targets, sequence[1:])  # the next token of each input
+    assert np.array_equal(batch["labels"], batch["input_ids"])  # Hugging Face's labels
 
 
 def test_four_ranks_deliver_every_sequence_once_and_say_what_is_left_out(
@@ -76,9 +79,9 @@ def test_four_ranks_deliver_every_sequence_once_and_say_what_is_left_out(
         for n, batch in enumerate(batches):
             rows = len(batch["index"])
             assert rows == 4 or (n == len(batches) - 1 and 0 < rows < 4)  # a short last one
-            assert batch["input_ids"].shape == batch["labels"].shape == (rows, SEQ_LEN)
-            assert batch["input_ids"].dtype == np.int64
-            assert np.array_equal(batch["labels"][:, :-1], batch["input_ids"][:, 1:])
+            for name in ("input_ids", "labels", "targets"):
+                assert batch[name].shape == (rows, SEQ_LEN)
+                assert batch[name].dtype == np.int64
             _check_rows(batch, stream)
             seen.append(batch["index"])
     delivered = np.concatenate(seen)
@@ -93,6 +96,25 @@ def test_four_ranks_deliver_every_sequence_once_and_say_what_is_left_out(
     assert loaders[0].epoch_tokens == len(delivered) * SPAN
     assert f"{left_out} tokens" in caplog.text
     assert loaders[0].stats().samples == len(delivered) // 4  # each rank an equal share
+
+
+def test_labels_follow_hugging_face_and_targets_are_the_next_tokens(
+    packed: tuple[Path, np.ndarray, list[int]],
+) -> None:
+    """A Hugging Face causal LM shifts ``labels`` itself (logits at ``j`` against
+    ``labels[j + 1]``): what it scores must be the next token, not the one after."""
+    path, stream, _ = packed
+    for batch in _loader(path, batch_size=5):
+        starts = batch["index"] * SPAN
+        next_tokens = stream[starts[:, None] + np.arange(1, SPAN)]  # of each input
+        assert np.array_equal(batch["labels"], batch["input_ids"])
+        # transformers' ForCausalLMLoss: labels padded with -100, shifted left by one.
+        shifted = np.pad(batch["labels"], ((0, 0), (0, 1)), constant_values=-100)[:, 1:]
+        assert np.array_equal(shifted[:, :-1], next_tokens[:, :-1])
+        assert (shifted[:, -1] == -100).all()  # the last position is not scored
+        assert np.array_equal(batch["targets"][:, :-1], batch["input_ids"][:, 1:])
+        assert np.array_equal(batch["targets"][:, -1], stream[starts + SEQ_LEN])
+        assert np.array_equal(batch["targets"], next_tokens)
 
 
 def test_resume_mid_epoch_is_exact_and_onto_three_ranks_covers_the_rest_once(

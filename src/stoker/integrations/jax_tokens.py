@@ -4,7 +4,7 @@
 
     loader = JaxTokenLoader("s3://bucket/tokens", seq_len=2048, batch_size=8)
     for batch in loader:
-        state, loss = train_step(state, batch["input_ids"], batch["labels"])
+        state, loss = train_step(state, batch["input_ids"], batch["targets"])
 
 A :class:`stoker.TokenLoader` makes each batch in numpy; this module places it as
 :mod:`stoker.integrations.jax` places a :class:`stoker.Loader`'s: each process is one rank
@@ -27,15 +27,16 @@ from stoker.pipeline.world import World
 
 #: Fields with one row per sequence, placed with the batch's sharding; the others
 #: (``cu_seqlens``, ``doc_lens``, ``max_seqlen``: sized by the documents) stay on the host.
-ROW_FIELDS = ("input_ids", "labels", "position_ids", "index", "source")
+ROW_FIELDS = ("input_ids", "labels", "targets", "position_ids", "index", "source")
 
 
 class JaxTokenLoader(Delivering):
     """Batches of a :class:`stoker.TokenLoader` as global ``jax.Array`` s.
 
-    ``input_ids`` and ``labels`` (and ``position_ids``, ``index``, ``source``) are laid out
-    by ``sharding`` along the batch axis; ``cu_seqlens``, ``doc_lens`` and ``max_seqlen``
-    stay numpy on the host (their sizes follow the documents). ``dtype`` defaults to
+    ``input_ids``, ``labels`` (equal to ``input_ids``: Hugging Face's convention),
+    ``targets`` (the next token of each input), ``position_ids``, ``index`` and ``source``
+    are laid out by ``sharding`` along the batch axis; ``cu_seqlens``, ``doc_lens`` and
+    ``max_seqlen`` stay numpy on the host (their sizes follow the documents). ``dtype`` defaults to
     ``"int32"``, JAX's integer without ``jax_enable_x64``. ``state_dict`` counts the batches
     delivered, not the one on its way to the devices.
 

@@ -6,7 +6,9 @@
                               device="cuda", pin_memory=True)
     for batch in loader:
         logits = model(batch["input_ids"])          # (8, 2048) int64 on the GPU
-        loss = F.cross_entropy(logits.flatten(0, 1), batch["labels"].flatten())
+        loss = F.cross_entropy(logits.flatten(0, 1), batch["targets"].flatten())
+        # or a Hugging Face causal LM, which shifts its labels (equal to input_ids) itself:
+        # loss = hf_model(input_ids=batch["input_ids"], labels=batch["labels"]).loss
 
 A :class:`stoker.TokenLoader` makes each batch in numpy in this process (casting
 sequences takes microseconds each, so no worker processes are needed); this module turns
@@ -31,7 +33,9 @@ from stoker.pipeline.world import World
 class TorchTokenLoader(Delivering):
     """Batches of a :class:`stoker.TokenLoader` as tensors.
 
-    ``input_ids``, ``labels``, ``index`` (and ``source`` in a mix, ``position_ids`` and
+    ``input_ids``, ``labels`` (equal to ``input_ids``, as Hugging Face takes them),
+    ``targets`` (the next token of each input), ``index`` (and ``source`` in a mix,
+    ``position_ids`` and
     ``cu_seqlens`` with ``documents=True``) are tensors sharing the batch's memory, or
     pinned or on ``device`` when asked; ``doc_lens`` is a list of tensors and
     ``max_seqlen`` an int. With ``device`` set, batch ``i + 1`` is copied while the caller

@@ -1,12 +1,13 @@
-"""TokenBatcher: a batch of token sequences as ``input_ids`` and ``labels`` arrays.
+"""TokenBatcher: a batch of token sequences as ``input_ids``, ``labels`` and ``targets``.
 
 The Loader's assembler for token sources (:class:`~stoker.pipeline.tokens.TokenSource`):
 there is nothing to decode, so no pool. Each sequence of ``seq_len + 1`` stream tokens is
 cast once into its row of ``input_ids`` (its first ``seq_len`` tokens) and once into its
-row of ``labels`` (its last ``seq_len``), both in one preallocated array of the output
-dtype, recycled once the consumer lets go of the batch
-(:class:`~stoker.pipeline.batch_arrays.BatchArrays`): a fresh 262 kB per batch of 8 x 2048
-int64 pairs cost the kernel a page fault per 4 kB, more than the cast itself.
+row of ``targets`` (its last ``seq_len``: the next token of each input), and ``labels``
+is a copy of ``input_ids`` (Hugging Face's convention: the model shifts), all three in one
+preallocated array of the output dtype, recycled once the consumer lets go of the batch
+(:class:`~stoker.pipeline.batch_arrays.BatchArrays`): a fresh 393 kB per batch of 8 x 2048
+int64 triples cost the kernel a page fault per 4 kB, more than the casts themselves.
 """
 
 from __future__ import annotations
@@ -26,13 +27,17 @@ KEEP_ARRAYS = 4
 
 
 class TokenBatcher:
-    """Casts a batch's sequences into ``input_ids`` and ``labels``: the Loader's assembler
-    for token sources (it has :class:`~stoker.pipeline.batching.BatchAssembler`'s methods).
+    """Casts a batch's sequences into ``input_ids``, ``labels`` and ``targets``: the
+    Loader's assembler for token sources (it has
+    :class:`~stoker.pipeline.batching.BatchAssembler`'s methods).
 
-    ``input_ids`` and ``labels`` are two C-contiguous ``(N, seq_len)`` arrays of the
-    output dtype that share no element (writing one never changes the other); both are
-    views into one buffer that is written again for a later batch only once nothing
-    refers to either.
+    ``labels`` equals ``input_ids``, as a Hugging Face causal LM takes them (the model
+    shifts: position ``j``'s logits are scored against ``labels[:, j + 1]``); ``targets``
+    is already shifted, the next token of each input (``targets[:, j]`` is stream token
+    ``j + 1`` of the sequence), for a plain cross-entropy of every position. The three
+    are C-contiguous ``(N, seq_len)`` arrays of the output dtype that share no element
+    (masking ``labels`` with ``-100`` never changes ``input_ids``); all are views into one
+    buffer that is written again for a later batch only once nothing refers to any.
 
     Args:
         config: Sequence length, output dtype, whether to add document boundaries.
@@ -66,13 +71,18 @@ class TokenBatcher:
         return PendingBatch(np.asarray(ids, dtype=np.int64), raw, None, [])
 
     def finish(self, pending: PendingBatch, skipped: list[tuple[str, str]]) -> dict[str, Any]:
-        """The batch: ``input_ids`` and ``labels`` ``(N, seq_len)``, ``index`` (sequence
-        ids, or mixed ids in a mix), ``source`` in a mix, and document boundaries when
-        asked."""
+        """The batch: ``input_ids``, ``labels`` and ``targets`` ``(N, seq_len)``, ``index``
+        (sequence ids, or mixed ids in a mix), ``source`` in a mix, and document
+        boundaries when asked."""
         started = time.perf_counter()
         raw = pending.raw
-        inputs, labels = self._pair([unit["tokens"] for unit in raw])
-        batch: dict[str, Any] = {"input_ids": inputs, "labels": labels, "index": pending.ids}
+        inputs, labels, targets = self._rows([unit["tokens"] for unit in raw])
+        batch: dict[str, Any] = {
+            "input_ids": inputs,
+            "labels": labels,
+            "targets": targets,
+            "index": pending.ids,
+        }
         if self.mixed:
             batch["source"] = np.fromiter(
                 (unit["source"] for unit in raw), dtype=np.int64, count=len(raw)
@@ -86,24 +96,26 @@ class TokenBatcher:
         )
         return batch
 
-    def _pair(self, rows: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-        """``input_ids`` and ``labels`` of ``rows`` (sequences of ``seq_len + 1`` tokens):
-        the rows joined, then one cast-copy into both arrays (few numpy calls: each one
-        may let the I/O thread take the GIL)."""
+    def _rows(self, rows: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``input_ids``, ``labels`` and ``targets`` of ``rows`` (sequences of ``seq_len +
+        1`` tokens): the rows joined, one cast-copy into inputs and targets, and a copy of
+        inputs into labels (few numpy calls: each one may let the I/O thread take the
+        GIL)."""
         count, seq_len = len(rows), self.config.seq_len
-        pair = self.arrays.take((2, count, seq_len * self.dtype.itemsize)).view(self.dtype)
+        out = self.arrays.take((3, count, seq_len * self.dtype.itemsize)).view(self.dtype)
         if count:
             joined = np.concatenate(rows)
             item = joined.itemsize
-            # [k, i, j] = joined[i * span + j + k]: inputs (k = 0) and labels (k = 1).
+            # [k, i, j] = joined[i * span + j + k]: inputs (k = 0) and targets (k = 1).
             shifted = np.ndarray(
                 (2, count, seq_len),
                 dtype=joined.dtype,
                 buffer=joined,
                 strides=(item, self.config.span * item, item),
             )
-            np.copyto(pair, shifted, casting="unsafe")
-        return pair[0], pair[1]
+            np.copyto(out[:2], shifted, casting="unsafe")
+            np.copyto(out[2], out[0])
+        return out[0], out[2], out[1]
 
     def _documents(self, sequences: np.ndarray, sources: np.ndarray) -> dict[str, Any]:
         seq_len = self.config.seq_len

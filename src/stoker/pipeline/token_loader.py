@@ -38,10 +38,15 @@ class TokenLoader(Loader):
 
         loader = TokenLoader("s3://bucket/tokens", seq_len=2048, batch_size=8)
         for batch in loader:
-            batch["input_ids"], batch["labels"]  # (8, 2048) int64; labels[:, :-1] ==
-                                                 # input_ids[:, 1:]
+            batch["input_ids"]  # (8, 2048) int64: a sequence's first seq_len tokens
+            batch["labels"]     # equal to input_ids: a Hugging Face causal LM shifts them
+            batch["targets"]    # its last seq_len tokens, already shifted:
+                                # targets[:, :-1] == input_ids[:, 1:]
 
-    Every batch also has ``index``, the sequence ids (mixed ids in a mix, with ``source``).
+    ``model(input_ids=b["input_ids"], labels=b["labels"])`` of a Hugging Face causal LM
+    learns the next token; so does ``cross_entropy(logits, b["targets"])`` over every
+    position. Every batch also has ``index``, the sequence ids (mixed ids in a mix, with
+    ``source``).
     With ``documents=True`` it has ``position_ids`` (restarting at each document),
     ``doc_lens`` (each row's document pieces), ``cu_seqlens`` and ``max_seqlen``
     (FlashAttention's varlen form over the flattened batch), all from the index.
@@ -61,8 +66,8 @@ class TokenLoader(Loader):
         batch_size: Sequences per batch.
         seed: Seed of the order (0 by default).
         documents: Add document boundaries (see above).
-        dtype: dtype of ``input_ids`` and ``labels``: ``"int64"`` (what torch embeddings
-            take), ``"int32"``, ``"uint32"`` or ``"uint16"``.
+        dtype: dtype of ``input_ids``, ``labels`` and ``targets``: ``"int64"`` (what
+            torch embeddings take), ``"int32"``, ``"uint32"`` or ``"uint16"``.
         order: Shuffle settings; unset block and group sizes give blocks of about 4 MB and
             read groups of about 16 MB.
         world: This rank (and loader worker); default rank 0 of 1.

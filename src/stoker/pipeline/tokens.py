@@ -2,9 +2,10 @@
 
 A token dataset (:mod:`stoker.format.tokens`) is one stream of tokens. Cut into sequences
 of ``seq_len + 1`` tokens, sequence ``k`` is tokens ``[k * (seq_len + 1), (k + 1) *
-(seq_len + 1))``: its first ``seq_len`` tokens are the inputs, its last ``seq_len`` the
-labels (the next token of each input). The tokens after the last whole sequence (fewer
-than ``seq_len + 1``) are never read.
+(seq_len + 1))``: its first ``seq_len`` tokens are the inputs (and the ``labels``, which
+equal them as Hugging Face's causal LMs expect), its last ``seq_len`` the ``targets`` (the
+next token of each input). The tokens after the last whole sequence (fewer than
+``seq_len + 1``) are never read.
 
 :class:`TokenSource` is the Loader's source whose units are these sequences. Its order is
 :func:`~stoker.pipeline.order.epoch_order` over one virtual shard of ``N`` sequences, so a
@@ -38,7 +39,7 @@ from stoker.pipeline.plan import (
     chunks_covering,
 )
 
-#: Output dtypes of ``input_ids`` and ``labels`` a TokenLoader makes.
+#: Output dtypes of ``input_ids``, ``labels`` and ``targets`` a TokenLoader makes.
 OUTPUT_DTYPES = ("int64", "int32", "uint32", "uint16")
 
 
@@ -47,12 +48,12 @@ class TokenConfig:
     """How a token stream becomes batches.
 
     Attributes:
-        seq_len: Tokens of ``input_ids`` (and of ``labels``) per sequence; each sequence
-            reads ``seq_len + 1`` tokens of the stream.
+        seq_len: Tokens of ``input_ids`` (and of ``labels`` and ``targets``) per sequence;
+            each sequence reads ``seq_len + 1`` tokens of the stream.
         documents: Add ``position_ids``, ``doc_lens``, ``cu_seqlens`` and ``max_seqlen``
             (document boundaries, from the index).
-        dtype: dtype of ``input_ids`` and ``labels`` (``int64`` is what torch embeddings
-            take).
+        dtype: dtype of ``input_ids``, ``labels`` and ``targets`` (``int64`` is what torch
+            embeddings take).
     """
 
     seq_len: int

@@ -29,7 +29,7 @@ class TokenBenchResult:
         requests: GET requests made.
         bytes_read: Bytes read from the store.
         token_bytes: Bytes of the stream's tokens the delivered sequences hold (each holds
-            ``seq_len + 1``: the inputs and the last label).
+            ``seq_len + 1``: the inputs and the last target).
         bytes_per_token_byte: ``bytes_read / token_bytes``: 1.0 when every byte read is a
             delivered token (a part of an epoch also reads some sequences ahead).
         epoch_batches: Batches this rank delivers in a whole epoch.
