@@ -86,15 +86,16 @@ def main() -> None:
             loader.set_epoch(epoch)
             losses, correct, seen = [], 0, 0
             for batch in loader:
-                # npy: (B, T, 4) float32, zero past each sequence's length; cls: (B,) int64.
+                # npy: (B, T, 4) float32, zero past each sequence's length; label (the
+                # .cls files): (B,) int64.
                 logits = model(batch["npy"], batch["npy_lengths"])
-                loss = torch.nn.functional.cross_entropy(logits, batch["cls"])
+                loss = torch.nn.functional.cross_entropy(logits, batch["label"])
                 optimiser.zero_grad()
                 loss.backward()
                 optimiser.step()
                 losses.append(loss.item())
-                correct += int((logits.argmax(dim=1) == batch["cls"]).sum())
-                seen += len(batch["cls"])
+                correct += int((logits.argmax(dim=1) == batch["label"]).sum())
+                seen += len(batch["label"])
             print(f"epoch {epoch}: loss {np.mean(losses):.3f}, accuracy {correct / seen:.2f}")
         print(
             f"last batch: npy {tuple(batch['npy'].shape)}, "

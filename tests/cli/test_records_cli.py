@@ -156,7 +156,8 @@ def test_show_without_images_prints_the_fields_of_the_first_samples(
         vector = expected["npy"]
         values = ", ".join(f"{x:.4g}" for x in vector.tolist())
         assert f"  npy: float32 ({len(vector)},) [{values}]" in block
-        assert f"  cls: {expected['cls']}" in block
+        assert f"(class {expected['cls']})" in block  # the label, read from .cls
+        assert "  cls:" not in block
         if "txt" in expected:
             assert f'  txt: "{expected["txt"]}"' in block
         else:

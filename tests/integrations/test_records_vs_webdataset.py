@@ -300,7 +300,7 @@ def test_jax_loader(data: Data, child_saw: dict[str, Any], kind: str) -> None:
     # stayed on the host.
     assert seen["types"] == {
         "image": "ArrayImpl",
-        "cls": "ArrayImpl",
+        "label": "ArrayImpl",
         "txt": "list",
         "json": "list",
     }
@@ -382,7 +382,7 @@ def tensorflow_pass(
             return super().train_step(batch)
 
     pairs = make_dataset(
-        url, batch_size=BATCH, fields=(("image", "txt"), "cls"), storage_options=options
+        url, batch_size=BATCH, fields=(("image", "txt"), "label"), storage_options=options
     )
     image_in = keras.Input((HEIGHT, WIDTH, 3), dtype="uint8")
     text_in = keras.Input((), dtype="string")
@@ -413,7 +413,7 @@ def jax_pass(
     with JaxLoader(url, batch_size=BATCH, storage_options=options) as loader:
         for batch in loader:
             seen["types"] = {
-                name: type(batch[name]).__name__ for name in ("image", "cls", "txt", "json")
+                name: type(batch[name]).__name__ for name in ("image", "label", "txt", "json")
             }
             seen["devices"] = len(batch["image"].sharding.device_set)
             seen["key"] += batch["key"]

@@ -209,7 +209,7 @@ def records(out: Path, facts: dict[str, Any], saved: dict[str, Any]) -> None:
         texts += [t.decode() for t in text.numpy().tolist()]
         shapes.append(list(images.shape))
     facts["records_texts"], facts["records_shapes"] = texts, shapes
-    rest = make_dataset(url, batch_size=4, order=order, fields=("key", "json", "npy", "cls"))
+    rest = make_dataset(url, batch_size=4, order=order, fields=("key", "json", "npy", "label"))
     facts["records_signature"] = [type(s).__name__ for s in rest.element_spec]
     facts["records_json"], lengths = [], []
     for keys, meta, arrays, cls in rest:

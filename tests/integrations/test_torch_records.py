@@ -55,13 +55,13 @@ def _check_epoch(batches: Iterable[dict[str, Any]]) -> None:
         assert isinstance(images, torch.Tensor)
         assert images.dtype == torch.uint8
         assert images.shape[1:] == (16, 16, 3)
-        assert batch["cls"].dtype == torch.int64
+        assert batch["label"].dtype == torch.int64
         assert isinstance(batch["txt"], list)
         assert isinstance(batch["json"], list)
         assert isinstance(batch["npy"], list)  # ragged: a list of tensors
         assert len(batch["npy"]) == len(batch["key"]) == images.shape[0]
         for key, text, meta, vector, cls in zip(
-            batch["key"], batch["txt"], batch["json"], batch["npy"], batch["cls"], strict=True
+            batch["key"], batch["txt"], batch["json"], batch["npy"], batch["label"], strict=True
         ):
             expected = _record(int(key))
             assert text == expected["txt"]
@@ -172,9 +172,9 @@ def test_pin_memory_and_device_apply_to_tensors_only(
         records_url, batch_size=SAMPLES, pin_memory=True, device="cpu", transform=CenterCrop(16)
     )
     (batch,) = list(loader)
-    # image, label, index, cls, and each of the 20 arrays of the ragged npy field; not the
-    # strings of words.npy
-    assert len(pinned) == 4 + SAMPLES
+    # image, label (the cls members), index, and each of the 20 arrays of the ragged npy
+    # field; not the strings of words.npy
+    assert len(pinned) == 3 + SAMPLES
     assert (SAMPLES, 16, 16, 3) in pinned
     assert all(isinstance(v, torch.Tensor) for v in batch["npy"])
     assert all(t == _record(int(k))["txt"] for k, t in zip(batch["key"], batch["txt"], strict=True))

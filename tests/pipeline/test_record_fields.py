@@ -56,8 +56,9 @@ def test_captions_and_json_reach_the_batch(captioned_url: str, method: str) -> N
         for batch in loader:
             assert batch["image"].shape[1:] == (16, 16, 3)
             assert isinstance(batch["txt"], list)
+            assert "cls" not in batch  # the class once, as label (read from .cls)
             for key, text, meta, cls in zip(
-                batch["key"], batch["txt"], batch["json"], batch["cls"], strict=True
+                batch["key"], batch["txt"], batch["json"], batch["label"], strict=True
             ):
                 seen[key] = (text, meta, int(cls))
     assert len(seen) == SAMPLES
@@ -183,8 +184,8 @@ def test_every_field_by_default_without_images(arrays_url: str) -> None:
         arrays_url, batch_size=SAMPLES, decode=DecodeConfig(fields=FieldsConfig(missing="none"))
     ) as loader:
         (batch,) = list(loader)
-    assert sorted(batch) == ["cls", "index", "key", "label", "npy", "txt"]
-    np.testing.assert_array_equal(batch["cls"], [int(k[3:]) % 2 for k in batch["key"]])
+    assert sorted(batch) == ["index", "key", "label", "npy", "txt"]  # cls is the label
+    np.testing.assert_array_equal(batch["label"], [int(k[3:]) % 2 for k in batch["key"]])
 
 
 def test_members_named_key_and_label_are_kept_not_replaced(tmp_path: Path) -> None:

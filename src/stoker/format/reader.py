@@ -26,6 +26,9 @@ DEFAULT_MAX_RUN_BYTES = 64 << 20
 
 #: Entries of a sample dict that the reader fills itself (not members).
 SAMPLE_ENTRIES = ("key", "label")
+#: The member a sample's label is read from: ``stoker pack`` writes each labelled sample's
+#: label as its ``.cls`` member and ``stoker index`` reads the index's labels from them.
+LABEL_MEMBER = "cls"
 
 
 def member_entry(extension: str) -> str:

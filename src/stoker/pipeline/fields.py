@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from stoker.format.reader import member_entry, member_extension
+from stoker.format.reader import LABEL_MEMBER, member_entry, member_extension
 from stoker.format.records import (
     FIELD_DECODERS,
     FieldDecoder,
@@ -72,9 +72,11 @@ class FieldsConfig:
             alternatives (the first one the sample has): ``{"caption": "txt",
             "mask": ("seg.png", "png")}``. None (the default): every member of every
             sample, each under its extension (see :func:`batch_name`), except the image
-            the transform works on, which is ``image``. Naming ``image`` chooses the
-            members the transform reads (``{"image": ("png", "jpg")}``); a selection
-            without it carries no image unless the Loader has a transform.
+            the transform works on, which is ``image``, and a ``cls`` member holding the
+            sample's label, which is ``label`` (a selection naming ``cls`` has it too).
+            Naming ``image`` chooses the members the transform reads (``{"image": ("png",
+            "jpg")}``); a selection without it carries no image unless the Loader has a
+            transform.
         decoders: Decoders for extensions, over :data:`FIELD_DECODERS` (audio through your
             own callable, say). A decoder takes the member's bytes and raises ValueError on
             bytes it cannot decode.
@@ -167,7 +169,9 @@ def decode_fields(
             for ext in (
                 member_extension(entry)
                 for entry, value in sample.items()
-                if entry not in skip and isinstance(value, bytes | bytearray | memoryview)
+                if entry not in skip
+                and isinstance(value, bytes | bytearray | memoryview)
+                and not _holds_the_label(sample, entry)
             )
         }
     out: dict[str, Any] = {}
@@ -189,6 +193,17 @@ def decode_fields(
             raise ValueError(f"field {name!r} (member {ext!r}): {exc}") from None
         out[name] = value
     return out
+
+
+def _holds_the_label(sample: Mapping[str, Any], entry: str) -> bool:
+    """Whether ``entry`` is the ``cls`` member the sample's ``label`` was read from (its
+    class once in the batch, as ``label``); a ``cls`` that says otherwise is carried."""
+    if entry != LABEL_MEMBER or "label" not in sample:
+        return False
+    try:
+        return bool(decode_int(sample[entry]) == sample["label"])
+    except ValueError:
+        return False
 
 
 def collate(name: str, values: Sequence[Any], *, pad: float | int | None = None) -> dict[str, Any]:

@@ -446,10 +446,13 @@ class ProcessDecoder:
 
 
 def _byte_fields(fields: dict[str, Any]) -> dict[str, Any]:
-    """What a worker needs of a unit: its byte fields (and its members'), nothing else."""
+    """What a worker needs of a unit: its byte fields (and its members'), and its label,
+    which tells whether a ``cls`` member is the label (see :func:`decode_fields`)."""
     out: dict[str, Any] = {
         k: bytes(v) for k, v in fields.items() if isinstance(v, bytes | memoryview)
     }
+    if "label" in fields:
+        out["label"] = fields["label"]
     if "members" in fields:
         out["members"] = [_byte_fields(m) for m in fields["members"]]
     if "error" in fields:
