@@ -51,7 +51,7 @@ def _ours(url: str) -> dict[str, tuple[str, list[float], int]]:
             key: (txt, npy.tolist(), int(cls))
             for batch in loader
             for key, txt, npy, cls in zip(
-                batch["key"], batch["txt"], batch["npy"], batch["cls"], strict=True
+                batch["key"], batch["txt"], batch["npy"], batch["label"], strict=True
             )
         }
 
