@@ -8,11 +8,11 @@ end-of-text id 256 after each document) and packs it with ``pack_tokens`` into a
 token dataset. Every rank then trains a one-layer causal transformer on its share of the
 sequences of 64 tokens (a cross-entropy of each position's logits against ``targets``, the
 next tokens), ``TorchTokenLoader`` finding its rank through ``torch.distributed`` (gloo).
-Halfway, the run saves a checkpoint (the model, the optimizer and the loader's
-``state_dict()``, a few integers, as JSON), throws everything away and resumes from it, as
-a restarted job would: the second half continues with the sequences after the ones already
-trained on, none again. Each rank logs the sequence ids of each step to
-``DIR/rank-R.jsonl``.
+Every batch holds 8 sequences (an epoch's short last one is left out). Halfway, the run
+saves a checkpoint (the model, the optimizer and the loader's ``state_dict()``, a few
+integers, as JSON), throws everything away and resumes from it, as a restarted job would:
+the second half continues with the sequences after the ones already trained on, none
+again. Each rank logs the sequence ids of each step to ``DIR/rank-R.jsonl``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""TokenLoader: sequences of a packed token stream, exactly once over ranks, resumable,
-mixed by tokens, with document boundaries from the index; ``labels`` as Hugging Face takes
-them and ``targets`` shifted."""
+"""TokenLoader: sequences of a packed token stream, exactly once over ranks in full
+batches, resumable, mixed by tokens, with document boundaries from the index; ``labels``
+as Hugging Face takes them and ``targets`` shifted."""
 
 from __future__ import annotations
 
@@ -64,37 +64,68 @@ def _check_rows(batch: dict[str, Any], stream: np.ndarray) -> None:
     assert np.array_equal(batch["labels"], batch["input_ids"])  # Hugging Face's labels
 
 
-def test_four_ranks_deliver_every_sequence_once_and_say_what_is_left_out(
-    packed: tuple[Path, np.ndarray, list[int]], caplog: pytest.LogCaptureFixture
-) -> None:
-    path, stream, _ = packed
-    sequences = len(stream) // SPAN
-    seen: list[np.ndarray] = []
-    counts = []
+def _four_ranks(
+    path: Path, stream: np.ndarray, caplog: pytest.LogCaptureFixture, **options: Any
+) -> tuple[list[TokenLoader], list[list[dict[str, Any]]], np.ndarray]:
+    """Four ranks' loaders, their epochs (rows checked against the stream, equal steps on
+    every rank) and the sequences delivered (none twice)."""
     with caplog.at_level(logging.INFO, logger="stoker.pipeline.token_loader"):
-        loaders = [_loader(path, rank=r, world_size=4) for r in range(4)]
-    for loader in loaders:
-        batches = list(loader)
-        counts.append(len(batches))
-        for n, batch in enumerate(batches):
+        loaders = [_loader(path, rank=r, world_size=4, **options) for r in range(4)]
+    epochs = [list(loader) for loader in loaders]
+    for batches in epochs:
+        for batch in batches:
             rows = len(batch["index"])
-            assert rows == 4 or (n == len(batches) - 1 and 0 < rows < 4)  # a short last one
             for name in ("input_ids", "labels", "targets"):
                 assert batch[name].shape == (rows, SEQ_LEN)
                 assert batch[name].dtype == np.int64
             _check_rows(batch, stream)
-            seen.append(batch["index"])
-    delivered = np.concatenate(seen)
-    assert len(set(counts)) == 1  # equal steps on every rank
-    assert counts[0] == len(loaders[0])
+    assert len({len(batches) for batches in epochs}) == 1  # equal steps on every rank
+    assert len(epochs[0]) == len(loaders[0])
+    delivered = np.concatenate([b["index"] for batches in epochs for b in batches])
     assert len(np.unique(delivered)) == len(delivered)  # nothing twice
-    # Left out: the stream's tail and the sequences evening out 4 ranks; nothing else
-    # (each rank's last batch is delivered, short if it must be).
+    return loaders, epochs, delivered
+
+
+def test_four_ranks_get_full_batches_and_the_rest_is_counted_and_said(
+    packed: tuple[Path, np.ndarray, list[int]], caplog: pytest.LogCaptureFixture
+) -> None:
+    path, stream, _ = packed
+    sequences = len(stream) // SPAN
+    loaders, epochs, delivered = _four_ranks(path, stream, caplog)
+    # One shape all epoch (a compiled model's static shapes): every batch holds 4 rows.
+    assert {len(b["index"]) for batches in epochs for b in batches} == {4}
+    each = sequences // 4  # a rank's share, then its last incomplete batch left out
+    assert len(delivered) == 4 * (each - each % 4)
+    assert each % 4  # this data has one to leave out
+    loader = loaders[0]
+    assert loader.drop_last is True
+    assert loader.dropped_sequences == sequences - len(delivered)
+    assert loader.epoch_sequences == len(delivered)
+    assert loader.dropped_tokens == len(stream) - len(delivered) * SPAN
+    assert f"{loader.dropped_sequences} sequences and {loader.dropped_tokens} tokens" in (
+        caplog.text
+    )
+    assert "drop_last=False" in caplog.text
+    assert loader.stats().epoch_samples == len(delivered) // 4
+
+
+def test_drop_last_false_delivers_each_ranks_last_batch_short(
+    packed: tuple[Path, np.ndarray, list[int]], caplog: pytest.LogCaptureFixture
+) -> None:
+    path, stream, _ = packed
+    sequences = len(stream) // SPAN
+    loaders, epochs, delivered = _four_ranks(path, stream, caplog, drop_last=False)
+    for batches in epochs:
+        assert [len(b["index"]) for b in batches[:-1]] == [4] * (len(batches) - 1)
+        assert 0 < len(batches[-1]["index"]) < 4  # a short last one, as on every rank
+    # Left out: the stream's tail and the sequences evening out 4 ranks; nothing else.
     left_out = len(stream) % SPAN + (sequences % 4) * SPAN
     assert left_out < 4 * SPAN
     assert loaders[0].dropped_tokens == left_out == len(stream) - len(delivered) * SPAN
+    assert loaders[0].dropped_sequences == sequences % 4
     assert loaders[0].epoch_tokens == len(delivered) * SPAN
     assert f"{left_out} tokens" in caplog.text
+    assert f"the last one of {len(epochs[0][-1]['index'])}" in caplog.text
     assert loaders[0].stats().samples == len(delivered) // 4  # each rank an equal share
 
 
@@ -115,6 +146,20 @@ def test_labels_follow_hugging_face_and_targets_are_the_next_tokens(
         assert np.array_equal(batch["targets"][:, :-1], batch["input_ids"][:, 1:])
         assert np.array_equal(batch["targets"][:, -1], stream[starts + SEQ_LEN])
         assert np.array_equal(batch["targets"], next_tokens)
+
+
+def test_a_dataset_without_a_full_batch_says_so(
+    packed: tuple[Path, np.ndarray, list[int]], caplog: pytest.LogCaptureFixture
+) -> None:
+    path, stream, _ = packed
+    sequences = len(stream) // SPAN
+    with caplog.at_level(logging.WARNING, logger="stoker.pipeline.token_loader"):
+        empty = _loader(path, batch_size=sequences + 1)
+    assert "no rank a full batch" in caplog.text
+    assert "drop_last=False" in caplog.text
+    assert list(empty) == []
+    short = list(_loader(path, batch_size=sequences + 1, drop_last=False))
+    assert [len(b["index"]) for b in short] == [sequences]
 
 
 def test_resume_mid_epoch_is_exact_and_onto_three_ranks_covers_the_rest_once(

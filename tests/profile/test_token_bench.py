@@ -42,12 +42,14 @@ def test_bench_seq_len_reports_a_whole_epoch(local: tuple[str, int]) -> None:
     result = CliRunner().invoke(cli, ["bench", url, "--seq-len", str(seq_len), "--json"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
-    # Batches of 8 by default; the epoch is every whole sequence, the last batch short.
+    # Batches of 8 by default, all full: the epoch is every whole sequence but the last,
+    # incomplete batch (not read).
     sequences = stream // (seq_len + 1)
+    sequences -= sequences % batch
     assert report["batch_size"] == batch
     assert report["whole_epoch"] is True
     assert report["sequences"] == sequences
-    assert report["batches"] == report["epoch_batches"] == -(-sequences // batch)
+    assert report["batches"] == report["epoch_batches"] == sequences // batch
     assert report["tokens"] == sequences * seq_len
     assert report["stream_tokens"] == stream
     assert report["token_bytes"] == sequences * (seq_len + 1) * 2  # uint16

@@ -35,8 +35,9 @@ class JaxTokenLoader(Delivering):
 
     ``input_ids``, ``labels`` (equal to ``input_ids``: Hugging Face's convention),
     ``targets`` (the next token of each input), ``position_ids``, ``index`` and ``source``
-    are laid out by ``sharding`` along the batch axis; ``cu_seqlens``, ``doc_lens`` and
-    ``max_seqlen`` stay numpy on the host (their sizes follow the documents). ``dtype`` defaults to
+    are laid out by ``sharding`` along the batch axis (every batch full, one shape for
+    ``jit``, unless ``drop_last=False``); ``cu_seqlens``, ``doc_lens`` and ``max_seqlen``
+    stay numpy on the host (their sizes follow the documents). ``dtype`` defaults to
     ``"int32"``, JAX's integer without ``jax_enable_x64``. ``state_dict`` counts the batches
     delivered, not the one on its way to the devices.
 

@@ -52,7 +52,7 @@ class TorchTokenLoader(Delivering):
         world: This rank; default the rank and world size of an initialised
             ``torch.distributed`` (else rank 0 of 1).
         **options: :class:`stoker.TokenLoader`'s other settings (``seed``, ``documents``,
-            ``dtype``, ``order``, ``cache``, ``storage_options``, ...).
+            ``drop_last``, ``dtype``, ``order``, ``cache``, ``storage_options``, ...).
 
     Attributes:
         loader: The :class:`stoker.TokenLoader` making the batches.

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, Literal
 
+from stoker.core.checks import check_bool
 from stoker.pipeline.autotune import AutotuneConfig
 from stoker.pipeline.config import BLOCK_PAGE_BYTES, CacheConfig, config_or_default
 from stoker.pipeline.loader import Loader
@@ -52,10 +53,11 @@ class TokenLoader(Loader):
     (FlashAttention's varlen form over the flattened batch), all from the index.
 
     ``state_dict()`` is the Loader's few integers: resume is exact, onto another world size
-    too (the sequences the old ranks consumed are left out, the rest dealt anew). Each
-    rank's last batch may be short; an epoch leaves out the tokens after the last sequence
-    and fewer than ``world_size`` sequences, to even out the ranks (:attr:`dropped_tokens`,
-    logged once).
+    too (the sequences the old ranks consumed are left out, the rest dealt anew). Every
+    batch has ``batch_size`` rows (one shape for a compiled model) unless ``drop_last`` is
+    false. An epoch leaves out the tokens after the last sequence, fewer than
+    ``world_size`` sequences to even out the ranks, and each rank's last, incomplete
+    batch (:attr:`dropped_sequences`, :attr:`dropped_tokens`, logged once).
 
     Args:
         source: A token dataset's URL or path, or a
@@ -65,6 +67,9 @@ class TokenLoader(Loader):
         seq_len: Tokens per row of ``input_ids``.
         batch_size: Sequences per batch.
         seed: Seed of the order (0 by default).
+        drop_last: Leave out each rank's last batch when it is incomplete; false delivers
+            it, short (the same number of rows on every rank). Ranks are evened out by
+            dropping fewer than ``world_size`` sequences either way, never by repeats.
         documents: Add document boundaries (see above).
         dtype: dtype of ``input_ids``, ``labels`` and ``targets``: ``"int64"`` (what
             torch embeddings take), ``"int32"``, ``"uint32"`` or ``"uint16"``.
@@ -88,6 +93,7 @@ class TokenLoader(Loader):
         seq_len: int,
         batch_size: int,
         seed: int | None = None,
+        drop_last: bool = True,
         documents: bool = False,
         dtype: str = "int64",
         order: OrderConfig | None = None,
@@ -113,7 +119,7 @@ class TokenLoader(Loader):
             opened,
             batch_size=batch_size,
             seed=seed,
-            drop_last="ranks",
+            drop_last=True if check_bool("drop_last", drop_last) else "ranks",
             order=order,
             world=world,
             prefetch=prefetch,
@@ -122,16 +128,40 @@ class TokenLoader(Loader):
             storage_options=storage_options,
         )
         if self.world.rank == 0 and self.world.worker == 0:
-            logger.info(
-                "%s: %d sequences of %d tokens an epoch; %d tokens (%.3g %%) left out "
-                "(the stream's tail, and evening out %d ranks)",
+            self._log_epoch()
+
+    def _log_epoch(self) -> None:
+        each = self.epoch_sequences // self.world.world_size
+        if not each:
+            logger.warning(
+                "%s: %d sequences of %d tokens over %d ranks give no rank a full batch of "
+                "%d: an epoch delivers nothing; use a smaller batch_size or seq_len%s",
                 self.source.url,
                 self.source.units(),
                 self.tokens_config.span,
-                self.dropped_tokens,
-                100 * self.dropped_tokens / max(self.stream_tokens, 1),
                 self.world.world_size,
+                self.batch_size,
+                ", or drop_last=False for a short batch" if self.drop_last is True else "",
             )
+        short = each % self.batch_size
+        logger.info(
+            "%s: %d sequences of %d tokens an epoch, %d batches of %d per rank%s; %d "
+            "sequences and %d tokens (%.3g %%) left out (the stream's tail, evening out "
+            "%d ranks%s)",
+            self.source.url,
+            self.source.units(),
+            self.tokens_config.span,
+            -(-each // self.batch_size),
+            self.batch_size,
+            f", the last one of {short}" if short else "",
+            self.dropped_sequences,
+            self.dropped_tokens,
+            100 * self.dropped_tokens / max(self.stream_tokens, 1),
+            self.world.world_size,
+            ", and each rank's last, incomplete batch (drop_last=False delivers it)"
+            if self.drop_last is True
+            else "",
+        )
 
     def _plan(
         self, epoch: int, position: int = 0, segments: list[Segment] | None = None
@@ -153,16 +183,27 @@ class TokenLoader(Loader):
         return self.source.units() * self.tokens_config.span
 
     @property
-    def epoch_tokens(self) -> int:
-        """Stream tokens (``seq_len + 1`` per sequence) all ranks deliver in a full epoch."""
+    def epoch_sequences(self) -> int:
+        """Sequences all ranks deliver in a full epoch."""
         world_size = self.world.world_size
         each = share_length(self.source.units(), world_size=world_size, drop_last=True)
         if self.drop_last is True:  # whole batches only
             each -= each % self.batch_size
-        return each * world_size * self.tokens_config.span
+        return each * world_size
+
+    @property
+    def epoch_tokens(self) -> int:
+        """Stream tokens (``seq_len + 1`` per sequence) all ranks deliver in a full epoch."""
+        return self.epoch_sequences * self.tokens_config.span
+
+    @property
+    def dropped_sequences(self) -> int:
+        """Sequences of the epoch no rank delivers: those that even out the ranks, and
+        with ``drop_last`` each rank's last, incomplete batch."""
+        return self.source.units() - self.epoch_sequences
 
     @property
     def dropped_tokens(self) -> int:
         """Tokens of :attr:`stream_tokens` no rank delivers in a full epoch: the stream's
-        tail after the last whole sequence and the sequences that even out the ranks."""
+        tail after the last whole sequence and :attr:`dropped_sequences`."""
         return self.stream_tokens - self.epoch_tokens
