@@ -29,7 +29,7 @@ class TokenSummary:
         bytes: Shard bytes.
         document_tokens: Mean, min and max tokens a document (its end-of-text id included).
         seq_len: The sequence length the next figure is for.
-        sequences: Sequences of ``seq_len + 1`` tokens (inputs and the next-token labels)
+        sequences: Sequences of ``seq_len + 1`` tokens (the inputs and their next-token targets)
             an epoch of the whole stream holds, on one rank.
         skipped: Inputs left out at pack time.
         packed_with: The pack's parameters.
