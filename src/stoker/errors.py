@@ -63,3 +63,20 @@ class CorruptShardError(ShardFormatError):
 
 class SourceError(StokerError):
     """An input to ``pack`` is unreadable or invalid; the message names the file or record."""
+
+
+class SkipBudgetError(StokerError):
+    """More samples of an epoch were skipped than ``DecodeConfig(max_skipped=...)`` allows.
+
+    The message gives the count, the budget and the first few keys with their reasons;
+    ``skipped`` lists every ``(key, reason)`` of the epoch that this process saw (a
+    resumed run counts the samples skipped before its resume point, but lists only its
+    own: the skipped file holds them all).
+    """
+
+    def __init__(self, message: str, skipped: list[tuple[str, str]] | None = None) -> None:
+        super().__init__(message)
+        self.skipped = list(skipped or [])
+
+    def __reduce__(self) -> tuple[type[SkipBudgetError], tuple[str, list[tuple[str, str]]]]:
+        return type(self), (str(self), self.skipped)

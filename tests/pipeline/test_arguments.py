@@ -177,6 +177,7 @@ def _state(**changes: object) -> dict[str, object]:
         "seed": 0,
         "world_size": 1,
         "segments": [],
+        "skipped": 0,
     }
     state.update(changes)
     return state

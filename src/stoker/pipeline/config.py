@@ -61,6 +61,20 @@ class DecodeConfig:
             decoded, and what a missing one does (:class:`~stoker.pipeline.fields.FieldsConfig`);
             by default every member of every sample, decoded by its extension (``txt`` to
             ``str``, ``json`` to objects, ``npy`` to arrays, the rest as ``bytes``).
+        max_skipped: The failure budget: how many samples one rank may skip in one epoch
+            (``on_error="skip"``, or ``FieldsConfig(missing="skip")``) before the loader
+            stops with :class:`~stoker.errors.SkipBudgetError`, whose message gives the
+            count, the budget and the first keys with their reasons, and whose
+            ``skipped`` lists them all. An int is a count (0: none); a float in (0, 1) is
+            a share of the rank's epoch, ``floor(max_skipped * samples)`` of its
+            ``stats().epoch_samples``. The count restarts with each epoch, is part of
+            :meth:`stoker.Loader.state_dict` (a resumed run goes on counting), and with
+            ``TorchLoader(num_workers=k)`` covers every worker of the rank. None: no
+            budget.
+        skipped_file: A file each skipped sample is appended to as one JSON line
+            (``{"key", "shard", "reason", "epoch", "url"}``), one write per line, as its
+            batch is handed out (by ``TorchLoader``'s training process, for all its
+            workers; in a DataLoader of your own, by each worker as it makes the batch).
     """
 
     threads: int | Literal["cpus", "auto"] = "cpus"
@@ -68,6 +82,8 @@ class DecodeConfig:
     max_pixels: int = DEFAULT_MAX_PIXELS
     on_error: Literal["raise", "skip"] = "raise"
     fields: FieldsConfig = field(default_factory=FieldsConfig)
+    max_skipped: int | float | None = None
+    skipped_file: str | os.PathLike[str] | None = None
 
     def __post_init__(self) -> None:
         if self.threads not in ("cpus", "auto"):
@@ -79,6 +95,28 @@ class DecodeConfig:
         check_instance("fields", self.fields, FieldsConfig, example)
         if self.fields is None:
             object.__setattr__(self, "fields", FieldsConfig())
+        self._check_budget()
+
+    def _check_budget(self) -> None:
+        budget, path = self.max_skipped, self.skipped_file
+        if path is not None and not isinstance(path, str | os.PathLike):
+            raise TypeError(f"skipped_file must be a path (str or os.PathLike), got {shown(path)}")
+        if budget is None:
+            return
+        if isinstance(budget, float):
+            if not 0 < budget < 1:
+                raise ValueError(
+                    f"max_skipped as a float is a share of the epoch in (0, 1), got {budget} "
+                    "(an int is a count; None: no budget)"
+                )
+        else:
+            kind = "an int count, a float share in (0, 1), or None"
+            check_int("max_skipped", budget, minimum=0, kind=kind)
+        if self.on_error != "skip" and self.fields.missing != "skip":
+            raise ValueError(
+                f"max_skipped={budget} bounds the samples skipped, but none are: give "
+                "on_error='skip' (or FieldsConfig(missing='skip'))"
+            )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -12,13 +12,14 @@ import os
 from collections import deque
 from concurrent.futures import CancelledError
 from dataclasses import dataclass, field
-from typing import TypeGuard
+from typing import Any, TypeGuard
 
 from stoker.errors import StokerError
 from stoker.pipeline.batching import BatchAssembler
 from stoker.pipeline.pending import PendingBatch
 from stoker.pipeline.plan import EpochPlan
 from stoker.pipeline.prefetch import FetchStream
+from stoker.pipeline.skips import SkipBudget
 from stoker.pipeline.token_batcher import TokenBatcher
 
 #: What decodes and assembles a run's batches (the Loader's).
@@ -38,6 +39,7 @@ class EpochRun:
         pid: The process that started it (a forked child starts its own).
         lead: Threads to decode the first batch on, alone (0: as every other batch); see
             :meth:`stoker.Loader.lead_next_epoch`.
+        fresh: The epoch is run from its beginning: its skips are counted from 0.
     """
 
     epoch: int
@@ -47,12 +49,16 @@ class EpochRun:
     decodes: deque[tuple[int, PendingBatch]] = field(default_factory=deque)
     pid: int = field(default_factory=os.getpid)
     lead: int = 0
+    fresh: bool = True
     _threads: int = 0  # the decode threads to go back to after a led first batch
 
     @classmethod
-    def start(cls, epoch: int, plan: EpochPlan, stream: FetchStream) -> EpochRun:
-        """The run of ``plan`` (epoch ``epoch``) fetched through ``stream``."""
-        return cls(epoch, plan, stream, deque(plan.mine))
+    def start(
+        cls, epoch: int, plan: EpochPlan, stream: FetchStream, *, fresh: bool = True
+    ) -> EpochRun:
+        """The run of ``plan`` (epoch ``epoch``, from its beginning if ``fresh``) fetched
+        through ``stream``."""
+        return cls(epoch, plan, stream, deque(plan.mine), fresh=fresh)
 
     @property
     def here(self) -> bool:
@@ -92,6 +98,24 @@ class EpochRun:
             started = batches.start(ids, self.stream.take(ids), self.epoch)
             self.decodes.append((self.pending.popleft(), started))
             self.stream.top_up()  # taking them made room
+
+    def finish_next(
+        self, batches: Batcher, skipped: list[tuple[str, str]], budget: SkipBudget
+    ) -> tuple[int, dict[str, Any]]:
+        """The next batch, assembled, with its number; its skips appended to ``skipped``
+        and held to ``budget`` (waits for its decoding).
+
+        Raises:
+            SkipBudgetError: Its skips take the epoch past the budget.
+        """
+        number, pending = self.decodes.popleft()
+        if self.fresh:  # an epoch run again from its start counts its skips anew
+            budget.restart(self.epoch)
+            self.fresh = False
+        before = len(skipped)
+        batch = batches.finish(pending, skipped)
+        budget.took(skipped[before:], pending.ids, batch, self.epoch)
+        return number, batch
 
     def start_ready(self, batches: Batcher, room: int) -> None:
         """Start decoding the next batches whose samples are in, at most ``room`` in all

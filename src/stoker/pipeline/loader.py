@@ -3,16 +3,13 @@
 The read path, for one rank (and one loader worker), each step in its own module:
 
 1. **plan** (:mod:`~stoker.pipeline.plan`, :mod:`~stoker.pipeline.order`): the epoch's
-   order, this rank's share of it, cut into batches and into the chunks they are fetched
-   in; pure functions of a few integers.
+   order, this rank's share, cut into batches and the chunks they are fetched in; pure.
 2. **prefetch** (:mod:`~stoker.pipeline.prefetch`): chunks of one read group (one ranged
    GET per block) in the order they are first needed, ``prefetch`` chunks ahead, on the
    store's I/O engine, through an optional in-memory cache.
-3. **decode** (:mod:`~stoker.pipeline.batching`): each batch's samples decoded and
-   transformed by a thread pool (the decoders release the GIL) straight into a
-   preallocated ``(N, H, W, 3)`` uint8 array.
-4. **deliver**: the batch goes to the caller; counters, the autotuner and the progress
-   log see it.
+3. **decode** (:mod:`~stoker.pipeline.batching`): each batch decoded and transformed on a
+   thread pool (the decoders release the GIL) into a preallocated ``(N, H, W, 3)`` array.
+4. **deliver**: the batch to the caller; skips held to a budget (:mod:`.skips`), counters.
 
 Resume state is a few integers (:meth:`Loader.state_dict`); what is not restored is said
 in :meth:`Loader.load_state_dict`.
@@ -51,6 +48,7 @@ from stoker.pipeline.plan import (
     warn_if_small,
 )
 from stoker.pipeline.prefetch import Prefetcher
+from stoker.pipeline.skips import SkipBudget
 from stoker.pipeline.sources import MixedSource, SourceLike, open_source
 from stoker.pipeline.stats import LoaderStats, ProgressLog, samples_per_epoch
 from stoker.pipeline.world import World
@@ -92,8 +90,8 @@ class Loader:
             default rank 0 of 1. Worker ``w`` of ``num_workers`` makes batches
             ``w, w + num_workers, ...`` of its rank's epoch (counted from the resume point);
             one of several decodes the next epoch's batches only when asked for them.
-        decode: Decode threads or processes, the decompression-bomb guard, and what an
-            undecodable sample does (:class:`~stoker.pipeline.config.DecodeConfig`).
+        decode: Decode threads or processes, the decompression-bomb guard, what an undecodable
+            sample does, its budget (:class:`~stoker.pipeline.config.DecodeConfig`).
         prefetch: Read groups held ahead (in flight, or in and not yet decoding), or
             ``"auto"``: start with enough for two batches and deepen while the pipeline
             waits on the store, within the memory budget of ``autotune``.
@@ -108,6 +106,8 @@ class Loader:
             groups read and first batches decoded, so iterating again (``set_epoch`` or not)
             does not stall. A loader run once reads that in vain: set it false where one
             epoch's reads are counted.
+        skips: The samples skipped in the epoch under way, held to ``decode``'s failure
+            budget (:class:`~stoker.pipeline.skips.SkipBudget`).
 
     Raises:
         TypeError: A setting of the wrong type (``order="random"``, ``drop_last="no"``).
@@ -186,6 +186,7 @@ class Loader:
         self._segments: list[Segment] = []  # earlier world sizes in this epoch
         self._orders: dict[int, EpochOrder] = {}  # this epoch's and the next (read-ahead)
         self._stats = LoaderStats()
+        self.skips = SkipBudget(decode, source=self.source, epoch_samples=self._epoch_samples)
         self._next: EpochRun | None = None  # the next epoch, started while this one ends
         self.read_ahead = True
         self._lead = 0  # threads for the next iteration's first batch (lead_next_epoch)
@@ -198,8 +199,7 @@ class Loader:
         a completed epoch moves on to the next by itself."""
         if epoch != self.epoch:
             self.epoch = epoch
-            self._position = 0
-            self._segments = []
+            self._position, self._segments = 0, []
 
     def _order(self, epoch: int | None = None) -> EpochOrder:
         epoch = self.epoch if epoch is None else epoch
@@ -243,7 +243,7 @@ class Loader:
     # -- state -----------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        """Where the run is: a few integers (and one pair per earlier world size)."""
+        """Where the run is: a few integers (``skipped``: the epoch's so far) and segments."""
         return {
             "epoch": self.epoch,
             "batches": self._position,
@@ -251,6 +251,7 @@ class Loader:
             "seed": self.order_config.seed,
             "world_size": self.world.world_size,
             "segments": [[s.world_size, s.consumed] for s in self._segments],
+            "skipped": self.skips.count_in(self.epoch),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -276,6 +277,7 @@ class Loader:
             drop_last=self.drop_last,
         )
         self.epoch, self._position, self._segments = point.epoch, point.position, point.segments
+        self.skips.restart(point.epoch, int(state.get("skipped", 0)))  # its count goes on
         logger.info("resuming epoch %d at batch %d", point.epoch, point.position)
 
     # -- observe ---------------------------------------------------------------------------
@@ -298,16 +300,18 @@ class Loader:
 
     def stats(self) -> LoaderStats:
         """A snapshot of the loader's counters."""
-        cache, size = self._prefetcher.cache, self.batch_size
+        cache = self._prefetcher.cache
         return self._stats.snapshot(
             stages=self.stages.snapshot(),
-            epoch_samples=samples_per_epoch(
-                self._order(), world=self.world, batch_size=size, drop_last=self.drop_last
-            ),
+            epoch_samples=self._epoch_samples(),
             settings=(self.num_threads, self.prefetch, self._tuner.state),
             stores=[dataset.store for dataset in self.source.datasets],
             memory_cache_hits=cache.hits if cache is not None else 0,
         )
+
+    def _epoch_samples(self) -> int:
+        world, size, drop = self.world, self.batch_size, self.drop_last
+        return samples_per_epoch(self._order(), world=world, batch_size=size, drop_last=drop)
 
     # -- iterate: plan -> prefetch -> decode -> deliver --------------------------------------
 
@@ -321,7 +325,7 @@ class Loader:
             plan = self._plan(self.epoch, self._position, self._segments)
             self._batches.start_workers(batch_size=self.batch_size, depth=self._decode_depth)
             stream = self._prefetcher.open(self.epoch, plan, on_drained=self._read_ahead)
-            run = EpochRun.start(self.epoch, plan, stream)
+            run = EpochRun.start(self.epoch, plan, stream, fresh=fresh)
         run.lead, self._lead = self._lead, 0
         log_padding(run.plan, self.epoch, self.world)
         self._stats.padded += run.plan.padded
@@ -332,8 +336,7 @@ class Loader:
         while run.pending or run.decodes:
             run.stream.depth = self.prefetch
             run.fill(self._batches, self._decode_depth)
-            number, pending_batch = run.decodes.popleft()
-            batch = self._batches.finish(pending_batch, self._stats.skipped)
+            number, batch = run.finish_next(self._batches, self._stats.skipped, self.skips)
             now = self._delivered(number, batch, resumed)
             run.stream.delivering = True
             run.start_ready(self._batches, self._decode_depth)  # busy while the caller steps
@@ -364,23 +367,19 @@ class Loader:
 
     def _delivered(self, number: int, batch: dict[str, Any], resumed: float) -> float:
         """Count batch ``number`` as delivered; let the tuner and the log see it."""
+        items = len(batch["index"])
         self._stats.batches += 1
-        self._stats.samples += len(batch["index"])
+        self._stats.samples += items
         self._position = number + 1
         now = time.perf_counter()
-        self.stages.record(
-            Stage.CONSUMER_WAIT, now - resumed, start_s=resumed, items=len(batch["index"])
-        )
+        self.stages.record(Stage.CONSUMER_WAIT, now - resumed, start_s=resumed, items=items)
         self._progress.maybe_log(now, self._stats.samples, self.stats)
-        self._retune(now)
-        return now
-
-    def _retune(self, now: float) -> None:
         tuner = self._tuner
         if not tuner.settled:
             tuner.observe(now, self._stats.samples, self.stages.seconds(Stage.WAIT_FETCH))
             self.prefetch, self.num_threads = tuner.prefetch, tuner.threads
             self._batches.resize(tuner.threads)
+        return now
 
     def close(self) -> None:
         """Stop the decode threads (or processes) and close the disk cache's files; iterating

@@ -287,8 +287,10 @@ def chunks_covering(chunks: list[np.ndarray], ids: np.ndarray) -> int:
 
 
 #: The keys of a Loader's state (:meth:`stoker.Loader.state_dict`); older states may lack
-#: the last.
-STATE_KEYS = ("epoch", "batches", "batch_size", "seed", "world_size", "segments")
+#: the last two (``skipped``: the epoch's samples skipped so far, see ``DecodeConfig``).
+STATE_KEYS = ("epoch", "batches", "batch_size", "seed", "world_size", "segments", "skipped")
+#: The keys every state has.
+_REQUIRED_KEYS = STATE_KEYS[:-2]
 
 
 @dataclass(frozen=True, slots=True)
@@ -360,14 +362,16 @@ def _read_state(state: object) -> tuple[dict[str, int], list[Segment]]:
     if not isinstance(state, Mapping):
         raise TypeError(f"state must be a mapping from Loader.state_dict(), got {shown(state)}")
     unknown = [key for key in state if key not in STATE_KEYS]
-    missing = [key for key in STATE_KEYS[:-1] if key not in state]
+    missing = [key for key in _REQUIRED_KEYS if key not in state]
     if unknown or missing:
         wrong = f"unknown keys {shown(unknown)}" if unknown else f"no {shown(missing)}"
         raise ValueError(f"state has {wrong}: a Loader's state has the keys {list(STATE_KEYS)}")
     fields = {
         key: check_int(f"state[{key!r}]", state[key], minimum=int(key in _AT_LEAST_ONE))
-        for key in STATE_KEYS[:-1]
+        for key in _REQUIRED_KEYS
     }
+    if "skipped" in state:
+        check_int("state['skipped']", state["skipped"], minimum=0)
     raw = state.get("segments", [])
     if not isinstance(raw, list | tuple):
         raise TypeError(f"state['segments'] must be a list of pairs, got {shown(raw)}")
