@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
+from typing import Any
 
 from stoker.core.metrics import Stage, Stages, TraceEvent
 from stoker.pipeline.loader import Loader
@@ -27,11 +28,14 @@ class WorkerReport:
         worker: The worker's id.
         stats: Its loader's stats after the batch (since the worker started).
         events: Timeline events recorded since its last report (when tracing).
+        skips: The samples its loader skipped since its last report, as records of the
+            skipped file (:class:`~stoker.pipeline.skips.SkipBudget`).
     """
 
     worker: int
     stats: LoaderStats
     events: tuple[TraceEvent, ...] = ()
+    skips: tuple[dict[str, Any], ...] = ()
 
 
 def new_events(events: list[TraceEvent], last: TraceEvent | None) -> list[TraceEvent]:

@@ -39,8 +39,9 @@ from stoker.integrations.torch_dataset import StokerIterableDataset, detect_worl
 from stoker.integrations.torch_handover import Arrivals
 from stoker.integrations.torch_tensors import each_tensor, to_tensors
 from stoker.integrations.torch_workers import refuse_bootstrap
-from stoker.pipeline.config import LoaderOptions
+from stoker.pipeline.config import DecodeConfig, LoaderOptions
 from stoker.pipeline.plan import resume_point
+from stoker.pipeline.skips import SkipBudget
 from stoker.pipeline.sources import SourceLike
 from stoker.pipeline.stats import LoaderStats
 
@@ -76,6 +77,9 @@ class TorchLoader:
     memory (``/dev/shm``); a batch that does not fit comes through the worker's pipe
     instead, with a warning (once) saying how much room is needed and how to give it (see
     :mod:`stoker.integrations.torch_handover`), and a batch that never arrives is an error.
+    ``DecodeConfig(max_skipped=...)`` holds over every worker of the rank: each batch
+    brings its worker's skips, and the batch that takes the epoch's sum past the budget
+    raises :class:`~stoker.errors.SkipBudgetError` here, listing them.
 
     Args:
         source: What :class:`stoker.Loader` takes: a dataset URL or path, an unpacked
@@ -130,6 +134,8 @@ class TorchLoader:
         self.channels_last = channels_last
         self._state: dict[str, Any] | None = None  # the state after the last delivery
         self._record = RunRecord(in_process=num_workers == 0)
+        # With workers, the failure budget of the rank is held here, over all of them.
+        self._skips = SkipBudget(options.get("decode") or DecodeConfig(), source=self.dataset)
         self._piped_warned = False  # said that /dev/shm is too small for the batches
         # Weak: the iteration refers to this loader, and a cycle would leave an abandoned
         # one to the garbage collector, which may close it on any thread at any time.
@@ -145,7 +151,8 @@ class TorchLoader:
         return self.dataset.batches_per_epoch()
 
     def state_dict(self) -> dict[str, Any]:
-        """``{"epoch", "batches", "batch_size", "seed", "world_size", "segments"}``."""
+        """``{"epoch", "batches", "batch_size", "seed", "world_size", "segments",
+        "skipped"}`` (``skipped``: the epoch's so far, over every worker)."""
         if self._state is not None:
             return dict(self._state)
         if self.dataset.resume is not None:
@@ -169,6 +176,7 @@ class TorchLoader:
             "epoch": point.epoch,
             "batches": point.position,
             "segments": [[s.world_size, s.consumed] for s in point.segments],
+            "skipped": int(state.get("skipped", 0)),
         }
 
     # -- observe -------------------------------------------------------------------------
@@ -208,6 +216,8 @@ class TorchLoader:
                 collate_fn=_as_delivered,
             )
         arrivals = self._arrivals()
+        start = self.dataset.resume or self.dataset.fresh_state()
+        self._skips.restart(int(start["epoch"]), int(start.get("skipped", 0)))
         resumed = time.perf_counter()
         batches = iter(self._workers)
         while True:
@@ -228,6 +238,15 @@ class TorchLoader:
             self._piped_warned = arrivals.warned
             now = time.perf_counter()
             self._record.report(report)
+            # The epoch's skips over every worker: past the budget, this batch is not given.
+            self._skips.worker_reported(
+                report.worker,
+                state["skipped"],
+                report.skips,
+                epoch=state["epoch"],
+                epoch_samples=report.stats.epoch_samples,
+            )
+            state = {**state, "skipped": self._skips.count}
             self._record.delivered(len(batch["label"]), resumed, now)
             yield batch, state
             resumed = time.perf_counter()

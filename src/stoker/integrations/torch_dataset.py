@@ -56,7 +56,9 @@ class StokerIterableDataset(IterableDataset[dict[str, Any]]):
     kept in memory shared with them. A worker moves each batch's tensors into shared
     memory itself before handing it over: where ``/dev/shm`` has no room, the iteration
     raises ``OSError`` (``ENOSPC``) saying how big it is and what to change, rather than
-    the DataLoader dropping the batch.
+    the DataLoader dropping the batch. In a DataLoader of your own, each worker holds
+    ``DecodeConfig(max_skipped=...)`` to its own skips (a share of the rank's epoch for
+    each); :class:`~stoker.integrations.torch.TorchLoader` holds it over all of them.
 
     Args:
         source: What :class:`stoker.Loader` takes: a dataset URL or path, an unpacked
@@ -182,6 +184,7 @@ class StokerIterableDataset(IterableDataset[dict[str, Any]]):
             "seed": resolve_seed(options.get("order"), options.get("seed")),
             "world_size": world.world_size,
             "segments": [],
+            "skipped": 0,
         }
 
     def __iter__(self) -> Iterator[Any]:
@@ -236,7 +239,11 @@ class StokerIterableDataset(IterableDataset[dict[str, Any]]):
             decode = options.get("decode")
             if decode is None or decode.threads in ("cpus", "auto"):
                 # A worker process is one of several: one decode thread each by default.
-                options["decode"] = replace(decode or DecodeConfig(), threads=1)
+                decode = options["decode"] = replace(decode or DecodeConfig(), threads=1)
+            if self.with_state:
+                # TorchLoader holds the budget over every worker and writes the skipped file,
+                # in the training process, as it hands their batches out.
+                options["decode"] = replace(decode, max_skipped=None, skipped_file=None)
         self.live = Loader(self._loader_source(), batch_size=self.batch_size, **options)
         self._loader_pid, self._tracing, self._reported = os.getpid(), None, None
         return self.live
@@ -261,6 +268,7 @@ class StokerIterableDataset(IterableDataset[dict[str, Any]]):
         if max_events is not None and max_events != self._tracing:
             loader.trace(max_events=max_events)
             self._tracing = max_events
+        skipped = int(start.get("skipped", 0))  # the epoch's count at the last batch
         for batch in loader:
             tensors: Any = to_tensors(batch)
             if info is not None:  # in shared memory now, or by value where it has no room
@@ -268,13 +276,15 @@ class StokerIterableDataset(IterableDataset[dict[str, Any]]):
             if not self.with_state:
                 yield tensors
                 continue
-            report = None
+            report, state = None, loader.state_dict()
             if info is not None:  # the training process cannot see this loader
                 # Each event once: after the last one sent, whichever epoch sent it.
                 events = new_events(loader.events(), self._reported) if max_events else []
                 self._reported = events[-1] if events else self._reported
-                report = WorkerReport(info.id, loader.stats(), tuple(events))
-            yield tensors, loader.state_dict(), report
+                new, skipped = state["skipped"] - skipped, state["skipped"]
+                skips = loader.skips.records[len(loader.skips.records) - new :] if new else []
+                report = WorkerReport(info.id, loader.stats(), tuple(events), tuple(skips))
+            yield tensors, state, report
 
     def close(self) -> None:
         """Stop this process's loader (its decode threads; a next iteration makes a new
