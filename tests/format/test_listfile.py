@@ -40,7 +40,8 @@ def test_csv_with_class_names(tmp_path: Path, images: dict[str, bytes]) -> None:
     reader = ListFileReader(str(tmp_path / "train.csv"))
     assert list(reader.class_names) == ["cat", "dog"]
     refs = reader.refs()
-    assert [r.key for r in refs] == ["000000000_cat_1", "000000001_dog", "000000002_noext"]
+    # Keys are paths under the list's folder without the extension, as an image folder's.
+    assert [r.key for r in refs] == ["img/cat_1", "img/dog", "img/noext"]
     assert [r.label for r in refs] == [0, 1, 0]
     assert [r.size for r in refs] == [8, 7, 3]
     assert refs[2].location == str(absolute)
@@ -131,6 +132,21 @@ def test_unknown_or_out_of_range_class(tmp_path: Path, images: dict[str, bytes])
         ListFileReader(str(tmp_path / "l.csv"), class_names=["dog"]).refs()
 
 
+def test_rows_that_give_one_key_are_refused_naming_both(
+    tmp_path: Path, images: dict[str, bytes]
+) -> None:
+    (tmp_path / "img/dog.jpg").write_bytes(b"jpeg dog")
+    for rows, second in (
+        ("img/dog.png\nimg/cat.1.JPEG\n./img/dog.png\n", "row 3 (line 4): './img/dog.png'"),
+        ("img/dog.png\nimg/dog.jpg\n", "row 2 (line 3): 'img/dog.jpg'"),
+    ):
+        (tmp_path / "l.csv").write_text(f"path\n{rows}")
+        with pytest.raises(SourceError) as caught:
+            ListFileReader(str(tmp_path / "l.csv")).refs()
+        assert second in str(caught.value)
+        assert "gives the key 'img/dog', as row 1 does" in str(caught.value)
+
+
 def test_missing_file_at_read_names_the_row(tmp_path: Path, images: dict[str, bytes]) -> None:
     (tmp_path / "l.csv").write_text("path\nimg/dog.png\nimg/cat.1.JPEG\n")
     reader = ListFileReader(str(tmp_path / "l.csv"))
@@ -166,6 +182,12 @@ def test_s3_list_with_relative_and_absolute_urls(s3_bucket: Any, tmp_path: Path)
         str(local),
     ]
     assert [(r.size, r.label) for r in refs] == [(0, 0), (0, 1), (3, 0)]
+    # Outside the list's folder, a file is keyed by its whole path, without the scheme.
+    assert [r.key for r in refs] == [
+        f"{s3_bucket.name}/data/img/a",
+        f"{s3_bucket.name}/other/b",
+        local.with_suffix("").as_posix().lstrip("/").replace(".", "_"),
+    ]
     clone = reloaded(reader)
     assert [clone.read(r).fields for r in refs] == [
         {"jpg": b"aaa", "cls": b"0"},

@@ -151,8 +151,8 @@ def test_list_rows_outside_the_list_folder_are_refused(tmp_path: Path, row: str)
 
 def test_list_rows_inside_the_folder_pack(tmp_path: Path) -> None:
     listing = _list_folder(tmp_path)
-    inside = tmp_path / "data" / "img" / "class_00"
-    absolute = next(inside.glob("*.jpg"))
+    absolute = tmp_path / "data" / "img" / "class_00" / "extra.jpg"
+    absolute.write_bytes(make_jpeg(np.random.default_rng(1), width=16, height=16))
     with listing.open("a") as out:
         out.write(f"{absolute},0\n")  # absolute, but inside
     result = _stoker("pack", listing, tmp_path / "ds")

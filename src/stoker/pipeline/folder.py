@@ -42,7 +42,8 @@ from typing import Any
 import numpy as np
 
 from stoker.errors import BucketNotFoundError, SourceError, StokerError
-from stoker.format.foreign.imagefolder import ImageFolderReader, sample_key
+from stoker.format.foreign.base import sample_key
+from stoker.format.foreign.imagefolder import ImageFolderReader
 from stoker.format.foreign.locations import is_remote
 from stoker.format.foreign.wds_tar import COMPRESSED_TAR_SUFFIXES
 from stoker.format.spec import normalise_extension

@@ -14,6 +14,20 @@ from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 
+def sample_key(relative: str) -> str:
+    """The key of a sample stored as one file: its path relative to the dataset's root
+    (the image folder, the list file's folder) without its extension, dots made ``_``.
+
+    The one rule for such samples, however they are stored: streamed unpacked, packed from
+    the folder, or packed from a CSV/JSONL list naming the same files
+    (``astronaut/ast_00004.jpg`` is ``astronaut/ast_00004`` every way). ``a.b.jpg`` is
+    ``a_b``, so its packed member ``a_b.jpg`` reads back under WebDataset's rule (the key is
+    the name up to its first dot) with the same key.
+    """
+    stem = relative.rsplit(".", 1)[0] if "." in relative.rsplit("/", 1)[-1] else relative
+    return stem.replace(".", "_")
+
+
 @dataclass(frozen=True, slots=True)
 class SampleRef:
     """Where one sample of the input lives.

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from stoker.errors import SourceError
-from stoker.format.foreign.base import Sample, SampleRef
+from stoker.format.foreign.base import Sample, SampleRef, sample_key
 from stoker.format.foreign.locations import (
     LocationReader,
     is_remote,
@@ -22,12 +22,6 @@ from stoker.storage.base import ObjectMeta, Store, key_problem
 from stoker.storage.files import regular_file_size
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff")
-
-
-def sample_key(relative: str) -> str:
-    """The shard key of a file: its relative path without extension, dots made ``_``."""
-    stem = relative.rsplit(".", 1)[0] if "." in relative.rsplit("/", 1)[-1] else relative
-    return stem.replace(".", "_")
 
 
 class ImageFolderReader:

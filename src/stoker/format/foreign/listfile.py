@@ -15,6 +15,12 @@ publish, files its author chose.
 Labels are integers (kept; -1 or an empty value means none) or class names (strings),
 which map to their index in the ``class_names`` given to the reader, or, if none were
 given, in the sorted set of names found.
+
+A sample's key is the file's path relative to the list's folder without its extension
+(:func:`~stoker.format.foreign.base.sample_key`), the key the same file gets in an image
+folder, streamed or packed: a list of ``astronaut/ast_00004.jpg`` and the folder beside it
+give ``astronaut/ast_00004`` either way, whatever the order of the rows. Two rows that give
+one key (a file named twice, or ``a.jpg`` beside ``a.png``) are refused, naming both.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from stoker.errors import SourceError
-from stoker.format.foreign.base import Sample, SampleRef
+from stoker.format.foreign.base import Sample, SampleRef, sample_key
 from stoker.format.foreign.locations import LocationReader, is_remote
 from stoker.format.spec import normalise_extension
 
@@ -80,6 +86,7 @@ class ListFileReader:
         self._given_names = tuple(class_names) if class_names is not None else None
         self._found_names: tuple[str, ...] | None = None
         self._counts = ""
+        self._row_of: dict[str, int] = {}  # key -> row (from 1), for messages
 
     @property
     def description(self) -> str:
@@ -102,17 +109,21 @@ class ListFileReader:
     def refs(self) -> list[SampleRef]:
         """One reference per row, in list order; local files are checked and sized.
 
-        Keys are ``f"{row:09d}_{stem}"`` (row counted from 0, dots in the stem replaced by
-        ``_``). Files behind object URLs are not checked here and have size 0.
+        A key is the file's path relative to the list's folder without its extension,
+        dots made ``_`` (as an image folder keys its files); a file outside the folder
+        (``allow_outside``) is keyed by its whole path or URL without the scheme
+        (``bucket/other/b`` for ``s3://bucket/other/b.webp``). Files behind object URLs
+        are not checked here and have size 0.
 
         Raises:
             SourceError: The list is unreadable, empty or lacks a path column, a label
                 cannot be parsed, a row names a file outside the list's folder (unless
-                ``allow_outside``), or a local file does not exist.
+                ``allow_outside``), a local file does not exist, or two rows give one key.
         """
         rows = self._rows()
         labels = self._labels(rows)
         refs: list[SampleRef] = []
+        self._row_of = {}
         for i, (row, label) in enumerate(zip(rows, labels, strict=True)):
             where = f"{self._location}: row {i + 1} (line {row.line})"
             if "\0" in row.path:
@@ -132,8 +143,16 @@ class ListFileReader:
                         f"file not found: {row.path}"
                     )
                 size = local.stat().st_size
-            stem = PurePosixPath(location.rstrip("/")).stem.replace(".", "_")
-            refs.append(SampleRef(key=f"{i:09d}_{stem}", location=location, size=size, label=label))
+            key = sample_key(self._relative(location))
+            if key in self._row_of:
+                first = self._row_of[key]
+                raise SourceError(
+                    f"{where}: {row.path!r} gives the key {key!r}, as row {first} does: a "
+                    "sample's key is its path without the extension, one per sample; list "
+                    "each file once"
+                )
+            self._row_of[key] = i + 1
+            refs.append(SampleRef(key=key, location=location, size=size, label=label))
         self._counts = f" ({len(refs):,} rows)"
         return refs
 
@@ -146,8 +165,8 @@ class ListFileReader:
         try:
             data = self._locations.read(ref.location)
         except SourceError as exc:
-            row = ref.key.split("_", 1)[0]
-            where = f"row {int(row) + 1}" if row.isdigit() else f"sample {ref.key!r}"
+            row = self._row_of.get(ref.key)
+            where = f"row {row}" if row is not None else f"sample {ref.key!r}"
             raise SourceError(f"{self._location}: {where}: {exc}") from exc
         suffix = PurePosixPath(ref.location).suffix.lower().lstrip(".")
         fields = {normalise_extension(suffix) or "bin": data}
@@ -294,6 +313,21 @@ class ListFileReader:
             return f"{scheme}://{bucket}/{joined}"
         base = Path(self._location.removeprefix("file://")).absolute().parent
         return str(base / path)
+
+    def _relative(self, location: str) -> str:
+        """``location``'s path under the list's folder (as given, links not followed), or
+        for one outside it, its whole path without the scheme and leading ``/``."""
+        if is_remote(location):
+            folder = self._folder() if is_remote(self._location) else None
+            if folder is not None and location.startswith(f"{folder}/"):
+                return posixpath.normpath(location[len(folder) + 1 :])
+            return posixpath.normpath(location.partition("://")[2]).lstrip("/")
+        path = posixpath.normpath(Path(location.removeprefix("file://")).absolute().as_posix())
+        folder = Path(self._location.removeprefix("file://")).absolute().parent.as_posix()
+        folder = posixpath.normpath(folder)
+        if path.startswith(f"{folder.rstrip('/')}/"):
+            return path[len(folder.rstrip("/")) + 1 :]
+        return path.lstrip("/")
 
     def _folder(self) -> str:
         if is_remote(self._location):
