@@ -44,6 +44,7 @@ from stoker.pipeline.plan import resume_point
 from stoker.pipeline.skips import SkipBudget
 from stoker.pipeline.sources import SourceLike
 from stoker.pipeline.stats import LoaderStats
+from stoker.pipeline.world import World
 
 __all__ = ["StokerIterableDataset", "TorchLoader", "detect_world", "to_tensors"]
 
@@ -149,6 +150,11 @@ class TorchLoader:
 
     def __len__(self) -> int:
         return self.dataset.batches_per_epoch()
+
+    @property
+    def world(self) -> World:
+        """This rank's place (its rank and world size; the workers' fields are theirs)."""
+        return self.dataset.options.get("world") or World()
 
     def state_dict(self) -> dict[str, Any]:
         """``{"epoch", "batches", "batch_size", "seed", "world_size", "segments",
