@@ -170,7 +170,12 @@ def _name_stats(stats: LoaderStats, out: _Families) -> None:
                 "store_requests", "Requests sent to the store, by operation.", value, op=rest
             )
         elif kind == "errors":
-            out.counter("store_errors", "Requests that failed, by kind.", value, kind=rest)
+            out.counter(
+                "store_errors",
+                "Failed request attempts by kind, retried ones included.",
+                value,
+                kind=rest,
+            )
         elif key == "shaping.wait_ms":
             out.counter(
                 "store_shaped_wait_seconds",
