@@ -27,7 +27,7 @@ from stoker.storage.cache import DiskCache
 from stoker.storage.cached import store_endpoint
 from stoker.storage.wrapper import StoreWrapper
 
-_LISTING_VERSION = 2  # 2: keys no request can name are left out (issue 22.10)
+_LISTING_VERSION = 3  # 2: keys no request can name are left out (issue 22.10); 3: hidden ones
 
 #: keys, sizes, labels, ETags and class names of a folder, keys sorted.
 FolderListing = tuple[list[str], list[int], list[int], list[str | None], list[str]]

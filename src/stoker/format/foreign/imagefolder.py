@@ -27,7 +27,8 @@ IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".
 class ImageFolderReader:
     """Reads ``ROOT/CLASS/IMAGE`` trees; labels are class folders in sorted order.
 
-    Images directly under the root (no class folders) are read without labels. A bucket
+    Images directly under the root (no class folders) are read without labels; hidden
+    folders and files (a part of the path starts with ``.``) are left out. A bucket
     prefix is listed with one request per class folder, all in flight at once, and each
     object is read by its key from the store rooted at the folder, as it was listed. A key
     that no request can name (a control character, an empty or ``..`` segment: S3 takes
@@ -136,7 +137,10 @@ class ImageFolderReader:
     def _list_remote(self) -> tuple[list[tuple[str, int]], list[str]]:
         store = self._folder_store()
         top = store.list_dir("")
-        prefixes = list(top.prefixes)
+        # Hidden folders and files are left out, as a local folder's are: a bucket synced
+        # from a laptop has .ipynb_checkpoints/ and ._x.jpg, which a pack of the local
+        # folder never saw (and an image-less .cache/ is no empty class folder).
+        prefixes = [p for p in top.prefixes if not _hidden(p)]
 
         async def list_all() -> list[list[ObjectMeta]]:
             async def one(prefix: str) -> list[ObjectMeta]:
@@ -147,13 +151,13 @@ class ImageFolderReader:
 
             return await asyncio.gather(*(one(p) for p in prefixes))
 
-        metas = list(top.objects)
+        metas = [meta for meta in top.objects if not _hidden(meta.key)]
         if prefixes:
             for part in store.engine.run(list_all()):
                 metas.extend(part)
         found = []
         for meta in metas:  # keys are relative to the store's root, the folder
-            if not meta.key.lower().endswith(IMAGE_EXTENSIONS):
+            if not meta.key.lower().endswith(IMAGE_EXTENSIONS) or _hidden(meta.key):
                 continue
             problem = key_problem(meta.key)
             if problem is not None:  # repr: the key may hold a newline or a terminal escape
@@ -193,3 +197,9 @@ class ImageFolderReader:
         if ref.label >= 0:
             fields["cls"] = str(ref.label).encode()
         return Sample(key=ref.key, fields=fields, label=ref.label)
+
+
+def _hidden(key: str) -> bool:
+    """Whether a key relative to the folder has a hidden part (``.cache/x.jpg``,
+    ``cat/._x.jpg``), which a local folder's walk leaves out."""
+    return any(part.startswith(".") for part in key.split("/"))
