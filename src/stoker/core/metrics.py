@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import collections
 import contextlib
 import threading
@@ -79,6 +80,28 @@ class Stage(StrEnum):
     CONSUMER_STEP = "consumer.step"
 
 
+#: Upper bounds, in seconds, of the buckets each stage's runs are counted in by duration (a
+#: latency histogram, as Prometheus buckets them); a last bucket holds the longer ones.
+DURATION_BUCKETS_S: tuple[float, ...] = (
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+)  # fmt: skip
+
+
+def duration_bucket(seconds: float) -> int:
+    """The index of the bucket of :data:`DURATION_BUCKETS_S` that ``seconds`` falls in
+    (the first bound it does not pass; ``len(DURATION_BUCKETS_S)`` past the last)."""
+    return bisect.bisect_left(DURATION_BUCKETS_S, seconds)
+
+
+def add_durations(a: tuple[int, ...], b: tuple[int, ...], *, sign: int = 1) -> tuple[int, ...]:
+    """``a + sign * b`` bucket by bucket (either may be empty: nothing counted)."""
+    if not b:
+        return a
+    if not a:
+        a = (0,) * len(b)
+    return tuple(x + sign * y for x, y in zip(a, b, strict=True))
+
+
 @dataclass(frozen=True, slots=True)
 class StageTotals:
     """What one stage did: how often, on how many items and bytes, in how much time.
@@ -89,12 +112,15 @@ class StageTotals:
         calls: Times the stage ran.
         items: Items (samples, batches) it handled.
         bytes: Bytes it handled.
+        durations: Its runs counted by duration, one count per bucket of
+            :data:`DURATION_BUCKETS_S` and one for the longer ones (empty: not counted).
     """
 
     seconds: float = 0.0
     calls: int = 0
     items: int = 0
     bytes: int = 0
+    durations: tuple[int, ...] = ()
 
     def to_dict(self) -> dict[str, float | int]:
         """A JSON-ready dict."""
@@ -139,6 +165,7 @@ class Stages:
 
     def __init__(self) -> None:
         self._totals: dict[str, list[float]] = {}
+        self._durations: dict[str, list[int]] = {}  # per stage: runs per duration bucket
         self._lock = ForkSafeLock()
         self._events: collections.deque[TraceEvent] | None = None
 
@@ -164,6 +191,10 @@ class Stages:
             totals[1] += 1
             totals[2] += items
             totals[3] += nbytes
+            durations = self._durations.get(stage)
+            if durations is None:
+                durations = self._durations[stage] = [0] * (len(DURATION_BUCKETS_S) + 1)
+            durations[duration_bucket(seconds)] += 1
             if self._events is not None and start_s is not None:
                 self._events.append(
                     TraceEvent(
@@ -198,7 +229,9 @@ class Stages:
         """The totals of every stage so far."""
         with self._lock:
             return {
-                name: StageTotals(t[0], int(t[1]), int(t[2]), int(t[3]))
+                name: StageTotals(
+                    t[0], int(t[1]), int(t[2]), int(t[3]), tuple(self._durations[name])
+                )
                 for name, t in sorted(self._totals.items())
             }
 

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from stoker.core.metrics import Stage, StageTotals, merge_snapshots
+from stoker.core.metrics import Stage, StageTotals, add_durations, merge_snapshots
 from stoker.core.pricing import EpochCost, StoragePrices
 from stoker.core.units import format_bytes
 from stoker.pipeline.order import EpochOrder, share_length
@@ -48,7 +48,7 @@ class LoaderStats:
             ``cache.waits`` (pages another process of the node was fetching, waited for
             in the cache) and ``cache.wait_timeouts`` (of those, fetched here after all,
             the wait over).
-        stages: Time, calls, items and bytes per stage, keyed by
+        stages: Time, calls, items, bytes and runs by duration per stage, keyed by
             :class:`~stoker.core.metrics.Stage` (a string): ``index`` (opening the
             dataset), ``fetch`` (a read group's requests, on the I/O engine), ``decode``
             (decode and built-in transform, per batch slice, in CPU seconds), ``transform``
@@ -92,6 +92,7 @@ class LoaderStats:
                     now.calls - then.calls,
                     now.items - then.items,
                     now.bytes - then.bytes,
+                    add_durations(now.durations, then.durations, sign=-1),
                 )
         requests = {
             k: v - before.requests.get(k, 0)
@@ -291,7 +292,11 @@ def _add_stages(a: dict[str, StageTotals], b: dict[str, StageTotals]) -> dict[st
     for name in sorted(set(a) | set(b)):
         x, y = a.get(name, empty), b.get(name, empty)
         out[name] = StageTotals(
-            x.seconds + y.seconds, x.calls + y.calls, x.items + y.items, x.bytes + y.bytes
+            x.seconds + y.seconds,
+            x.calls + y.calls,
+            x.items + y.items,
+            x.bytes + y.bytes,
+            add_durations(x.durations, y.durations),
         )
     return out
 
