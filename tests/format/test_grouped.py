@@ -39,7 +39,7 @@ FILES: dict[str, bytes] = {
 EXPECTED = {
     "a/0001": ({"npy": FILES["a/0001.npy"], "cls": b"3", "txt": FILES["a/0001.txt"]}, 3),
     "a/0002": ({"npy": FILES["a/0002.npy"], "txt": FILES["a/0002.txt"]}, -1),
-    "b_v2/0003": (
+    "b.v2/0003": (  # folders keep their dots, as in a tar of the folder
         {"jpg": FILES["b.v2/0003.JPEG"], "seg.png": FILES["b.v2/0003.seg.png"], "cls": b"0"},
         0,
     ),

@@ -16,16 +16,20 @@ from typing import Protocol, runtime_checkable
 
 def sample_key(relative: str) -> str:
     """The key of a sample stored as one file: its path relative to the dataset's root
-    (the image folder, the list file's folder) without its extension, dots made ``_``.
+    (the image folder, the list file's folder) without its extension, the dots left in the
+    file's name made ``_``.
 
     The one rule for such samples, however they are stored: streamed unpacked, packed from
     the folder, or packed from a CSV/JSONL list naming the same files
     (``astronaut/ast_00004.jpg`` is ``astronaut/ast_00004`` every way). ``a.b.jpg`` is
     ``a_b``, so its packed member ``a_b.jpg`` reads back under WebDataset's rule (the key is
-    the name up to its first dot) with the same key.
+    the path up to the first dot of its base name) with the same key; folders keep their
+    dots, as WebDataset keeps them (``v1.2/x.jpg`` is ``v1.2/x``, also in a tar of the
+    folder).
     """
-    stem = relative.rsplit(".", 1)[0] if "." in relative.rsplit("/", 1)[-1] else relative
-    return stem.replace(".", "_")
+    folder, slash, name = relative.rpartition("/")
+    stem = name.rsplit(".", 1)[0] if "." in name else name
+    return f"{folder}{slash}{stem.replace('.', '_')}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +37,8 @@ class SampleRef:
     """Where one sample of the input lives.
 
     Attributes:
-        key: The sample's key in the shards: unique, no ``.``, no leading ``/``, no ``..``.
+        key: The sample's key in the shards: unique, no ``.`` in its last segment, no
+            leading ``/``, no ``..``.
         location: The file, object URL or container it is read from (for messages too).
         size: Estimated bytes of the sample (for cutting shards by size).
         label: Class index, or -1 for none.

@@ -55,7 +55,8 @@ class GroupedFilesReader:
     """Read a folder (local, or a bucket prefix) of files grouped into samples by name.
 
     Every file under the folder, at any depth, is a member of the sample its path names
-    (see :func:`split_name`); the sample's key is that path with dots made ``_``. The
+    (see :func:`split_name`); the sample's key is that path, as in a tar of the folder
+    (folders keep their dots: ``v1.2/0001``; the name has none before its extension). The
     label of a sample is the integer in its ``cls`` member (read when listing, and
     written back as that integer), or -1 if it has none. Left out, and logged: hidden
     files and folders, files without an extension (as WebDataset does) and README,
@@ -66,8 +67,8 @@ class GroupedFilesReader:
         location: Local folder or bucket URL (``s3://bucket/train``).
         storage_options: See :func:`stoker.open_store`.
         on_error: ``"raise"`` stops at a ``cls`` that is not an integer, two files that
-            give one member, two folders that give one key, or an unusable key; ``"skip"``
-            records it in :attr:`problems` and leaves the sample out.
+            give one member, or an unusable key; ``"skip"`` records it in :attr:`problems`
+            and leaves the sample out.
         class_names: Class names indexed by label, if known.
     """
 
@@ -193,20 +194,15 @@ class GroupedFilesReader:
 
     def _group_refs(self, groups: dict[str, list[tuple[str, int]]]) -> list[SampleRef]:
         refs: list[SampleRef] = []
-        keys: dict[str, str] = {}
         for path, members in groups.items():
             location = f"{self._location}/{path}"
-            key = path.replace(".", "_")
+            key = path  # the WebDataset key, as a tar of the folder has it (v1.2/0001)
             names = [normalise_extension(suffix) for suffix, _ in members]
             twice = sorted({n for n in names if names.count(n) > 1})
             if twice:
                 files = ", ".join(f"{path}.{suffix}" for suffix, _ in members)
                 self._problem(key, location, f"files {files} give the member(s) {twice} twice")
                 continue
-            if key in keys:
-                self._problem(key, location, f"gives the key {key!r}, as {keys[key]} does")
-                continue
-            keys[key] = location
             refs.append(
                 SampleRef(
                     key=key,
