@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from stoker import CacheConfig, Loader, World
-from stoker.core.metrics import StageTotals
+from stoker.core.metrics import DURATION_BUCKETS_S, StageTotals
 from stoker.integrations.prometheus import LoaderCollector, serve_metrics
 from stoker.pipeline.stats import LoaderStats
 from stoker.testing.images import write_packed_images
@@ -100,6 +100,13 @@ def expected(stats: LoaderStats) -> dict[tuple[str, tuple[tuple[str, str], ...]]
         out["stoker_stage_calls_total", label] = totals.calls
         out["stoker_stage_items_total", label] = totals.items
         out["stoker_stage_bytes_total", label] = totals.bytes
+        out["stoker_stage_duration_seconds_count", label] = sum(totals.durations)
+        out["stoker_stage_duration_seconds_sum", label] = totals.seconds
+        below = 0
+        for bound, n in zip([*DURATION_BUCKETS_S, "+Inf"], totals.durations, strict=True):
+            below += n
+            out["stoker_stage_duration_seconds_bucket", (*label, ("le", str(bound)))] = below
+        assert below == totals.calls > 0
     return out
 
 
@@ -179,6 +186,7 @@ def collect(collector: LoaderCollector) -> Series:
 
 
 def test_every_counter_of_the_stats_has_a_name() -> None:
+    durations = (0, 1, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0)  # 0.0025 s and 0.25 s
     stats = LoaderStats(
         samples=10,
         batches=2,
@@ -197,7 +205,7 @@ def test_every_counter_of_the_stats_has_a_name() -> None:
             "hedges": 6,  # a counter the store may grow one day: named after it
         },
         disk_cache={"cache.hits": 8, "cache.bytes_written": 90, "cache.wait_timeouts": 1},
-        stages={"fetch": StageTotals(0.5, 3, 10, 700)},
+        stages={"fetch": StageTotals(0.5, 3, 10, 700, durations)},
         epoch_samples=20,
         threads=4,
         prefetch=2,
@@ -236,6 +244,15 @@ def test_every_counter_of_the_stats_has_a_name() -> None:
         ("stoker_autotune_state", (("state", "tuning"),)): 0,
         ("stoker_autotune_state", (("state", "settled"),)): 1,
         ("stoker_autotune_state", (("state", "fixed"),)): 0,
+        ("stoker_stage_duration_seconds_count", (("stage", "fetch"),)): 3,
+        ("stoker_stage_duration_seconds_sum", (("stage", "fetch"),)): 0.5,
+        **{
+            ("stoker_stage_duration_seconds_bucket", (("le", str(bound)), ("stage", "fetch"))): (
+                0 if bound < 0.0025 else 1 if bound < 0.25 else 3
+            )
+            for bound in DURATION_BUCKETS_S
+        },
+        ("stoker_stage_duration_seconds_bucket", (("le", "+Inf"), ("stage", "fetch"))): 3,
     }
     rank = {("loader", "loader"), ("rank", "3"), ("world_size", "4")}
     assert all(rank <= labels for _, labels in series)

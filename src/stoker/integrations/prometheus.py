@@ -14,12 +14,14 @@ call.
 
 from __future__ import annotations
 
+import itertools
 import re
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from stoker.core.metrics import DURATION_BUCKETS_S
 from stoker.pipeline.stats import LoaderStats
 from stoker.pipeline.world import World
 
@@ -96,13 +98,26 @@ class _Families:
     def gauge(self, name: str, doc: str, value: float, **extra: str) -> None:
         self._add(self.core.GaugeMetricFamily, name, doc, value, extra)
 
+    def histogram(
+        self, name: str, doc: str, durations: tuple[int, ...], seconds: float, **extra: str
+    ) -> None:
+        """Runs counted by duration bucket (:data:`DURATION_BUCKETS_S`) as a histogram."""
+        bounds = [*(str(bound) for bound in DURATION_BUCKETS_S), "+Inf"]
+        buckets = list(zip(bounds, itertools.accumulate(durations), strict=True))
+        family = self._family(self.core.HistogramMetricFamily, name, doc, extra)
+        family.add_metric([*self.labels.values(), *extra.values()], buckets, sum_value=seconds)
+
     def _add(self, kind: Any, name: str, doc: str, value: float, extra: dict[str, str]) -> None:
+        family = self._family(kind, name, doc, extra)
+        family.add_metric([*self.labels.values(), *extra.values()], value)
+
+    def _family(self, kind: Any, name: str, doc: str, extra: dict[str, str]) -> Any:
         full = f"{PREFIX}_{name}"
         family = self.made.get(full)
         if family is None:
             family = kind(full, doc, labels=[*self.labels, *extra])
             self.made[full] = family
-        family.add_metric([*self.labels.values(), *extra.values()], value)
+        return family
 
 
 class LoaderCollector:
@@ -144,7 +159,7 @@ class LoaderCollector:
         _name_stats(self.loader.stats(), families)
         with self._lock:
             for family in families.made.values():
-                if family.type == "counter":
+                if family.type in ("counter", "histogram"):
                     self._never_down(family)
         yield from families.made.values()
 
@@ -211,6 +226,15 @@ def _name_stats(stats: LoaderStats, out: _Families) -> None:
         out.counter("stage_calls", "Times a stage ran.", totals.calls, stage=stage)
         out.counter("stage_items", "Items (samples) a stage handled.", totals.items, stage=stage)
         out.counter("stage_bytes", "Bytes a stage handled.", totals.bytes, stage=stage)
+        if totals.durations:
+            out.histogram(
+                "stage_duration_seconds",
+                "A stage's runs by duration (fetch: a read group's requests; consumer.wait: "
+                "the training loop's wait for a batch).",
+                totals.durations,
+                totals.seconds,
+                stage=stage,
+            )
     out.gauge(
         "input_bound_ratio",
         "Share of the training loop's time spent waiting for batches, since the start.",
