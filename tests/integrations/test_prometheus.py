@@ -4,6 +4,8 @@ prometheus_client's parsers (both formats) and says what stats() says."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import urllib.request
 from pathlib import Path
 
@@ -310,3 +312,14 @@ def test_torch_workers_figures_are_summed_in_the_training_process(dataset_url: s
     assert stats.samples == 48
     assert_says(after, stats)
     assert value(after, "stoker_decode_threads") == stats.threads  # both workers' threads
+
+
+def test_prometheus_client_is_imported_at_the_first_call_and_named_when_missing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    code = "import sys, stoker.integrations.prometheus; print('prometheus_client' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
+    monkeypatch.setitem(sys.modules, "prometheus_client", None)  # as if not installed
+    with pytest.raises(ImportError, match=r"pip install 'stoker\[metrics\]'"):
+        serve_metrics(Fixed(LoaderStats()), port=0)
