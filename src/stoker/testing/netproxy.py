@@ -80,6 +80,7 @@ class NetProxy:
             `set_rate_limit`.
         listen_host: Address to listen on.
         listen_port: Port to listen on; 0 picks a free one (see `port`).
+        record_requests: Keep each request's method, target and answer (`requests_seen`).
 
     Raises:
         ValueError: If upstream_host is not a loopback address or a port is out of range.
@@ -95,6 +96,7 @@ class NetProxy:
         rate_limit: RateLimitConfig | None = None,
         listen_host: str = "127.0.0.1",
         listen_port: int = 0,
+        record_requests: bool = False,
     ) -> None:
         if not _is_loopback(upstream_host):
             raise ValueError(f"upstream host {upstream_host!r} is not a loopback address")
@@ -108,6 +110,7 @@ class NetProxy:
             down_link=Link(link.bandwidth_bytes_s),
             policy=FaultPolicy(faults),
             limiter=PrefixRateLimiter(rate_limit) if rate_limit is not None else None,
+            seen=[] if record_requests else None,
         )
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -164,6 +167,13 @@ class NetProxy:
         state = self._state
         with state.lock:
             return replace(state.stats, faults=dict(state.stats.faults))
+
+    def requests_seen(self) -> list[tuple[str, str, str]]:
+        """Each request so far as (method, target, answer): ``"forwarded"``, or the fault
+        (``"503"`` for a throttle); empty unless made with ``record_requests=True``."""
+        state = self._state
+        with state.lock:
+            return list(state.seen or [])
 
     def set_faults(self, faults: FaultConfig) -> None:
         """Replace the fault injection, from any thread, for request heads read from now on.

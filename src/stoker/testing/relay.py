@@ -78,8 +78,10 @@ class ProxyState:
         policy: The fault injection; `NetProxy.set_faults` replaces it whole.
         limiter: The per-prefix rate limit, if any; `NetProxy.set_rate_limit` replaces it.
         stats: The counters.
-        lock: Guards the request counters in ``stats``.
+        lock: Guards the request counters in ``stats`` and ``seen``.
         relays: The open connections.
+        seen: Each request's method, target and answer (``"forwarded"``, or the fault, such
+            as ``"503"``), in order; None: not recorded.
     """
 
     upstream: tuple[str, int]
@@ -91,6 +93,7 @@ class ProxyState:
     stats: ProxyStats = field(default_factory=ProxyStats)
     lock: threading.Lock = field(default_factory=threading.Lock)
     relays: set[Relay] = field(default_factory=set)
+    seen: list[tuple[str, str, str]] | None = None
 
     def decide(self, method: str, target: str) -> str | None:
         """Choose the fault for a request (None: forward it), and count the request.
@@ -101,10 +104,14 @@ class ProxyState:
             with self.lock:
                 self.stats.requests += 1
                 self.stats.throttled += 1
+                if self.seen is not None:
+                    self.seen.append((method, target, "503"))
             return "503"
         kind = self.policy.choose(method, target)
         with self.lock:
             self.stats.requests += 1
+            if self.seen is not None:
+                self.seen.append((method, target, kind or "forwarded"))
             if kind is None:
                 self.stats.forwarded += 1
             else:
