@@ -21,6 +21,7 @@ from PIL import Image
 import stoker
 from stoker.errors import SourceError
 from stoker.format.reader import open_dataset
+from stoker.pipeline.folder import FolderDataset
 from stoker.pipeline.loader import Loader
 from stoker.testing.images import make_jpeg, with_comment
 
@@ -89,9 +90,16 @@ def _forms(url: str, options: dict[str, Any], packed: str) -> dict[str, Any]:
                 for batch in loader
                 for key, label in zip(batch["key"], batch["label"], strict=True)
             }
-            if name != "unpacked":
-                dataset = open_dataset(where, storage_options=options)
-            forms[name] = (_mapping(dataset.read_many(range(len(dataset)))), batches)
+            assert isinstance(dataset, FolderDataset) == (name == "unpacked")
+            if isinstance(dataset, FolderDataset):  # its listing's keys, the objects' apart
+                assert sorted(dataset.keys) == sorted(EXPECTED)
+                assert sorted(dataset.objects) == sorted(IMAGES)
+                samples = dataset.read_many(range(len(dataset)))
+            else:
+                shards = open_dataset(where, storage_options=options)
+                assert sorted(shards.index.keys) == sorted(EXPECTED)
+                samples = shards.read_many(range(len(shards)))
+            forms[name] = (_mapping(samples), batches)
             assert list(loader.dataset.class_names) == CLASSES, name
     return forms
 

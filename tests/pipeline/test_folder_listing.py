@@ -136,8 +136,8 @@ def test_an_object_resized_while_a_fresh_listing_is_read_is_named(
     dataset = open_folder(url, storage_options=options, cache=None, page_bytes=1 << 20).dataset
     grown, shrunk = _replace_two(s3_bucket, local_folder)
     for key in (grown, shrunk):
-        listed = int(dataset.sizes[dataset.keys.index(key)])
-        [sample] = dataset.store.engine.run(dataset.read_many_async([dataset.keys.index(key)]))
+        listed = int(dataset.sizes[dataset.objects.index(key)])
+        [sample] = dataset.store.engine.run(dataset.read_many_async([dataset.objects.index(key)]))
         error = str(sample["error"])
         assert f"{url}/{key}: changed since the folder was listed (listed {listed} bytes" in error
         assert "rewritten while being read" in error

@@ -82,12 +82,12 @@ class FolderDataset:
 
     Offers what a Loader and its tools use of a packed
     :class:`~stoker.format.reader.ShardDataset`: ``url``, ``store``, ``class_names``,
-    ``len()`` and :meth:`read_many`. Samples are dicts with ``"key"`` (as ``stoker pack``
-    would key it), ``"label"`` and the image's bytes under its extension (``"jpg"``, ...).
+    ``len()`` and :meth:`read_many`. Samples are dicts with ``"key"`` (:attr:`keys`, as ``stoker
+    pack`` keys it), ``"label"`` and the image's bytes under its extension (``"jpg"``, ...).
 
     Args:
         store: The store rooted at the folder.
-        keys: Object keys relative to the folder, sorted.
+        objects: Object keys relative to the folder, sorted (``astronaut/ast_00004.jpg``).
         sizes: Their sizes in bytes.
         labels: Their labels (-1 for an image outside any class folder).
         class_names: Names of the labels: the class folders, sorted.
@@ -96,16 +96,21 @@ class FolderDataset:
     def __init__(
         self,
         store: Store,
-        keys: Sequence[str],
+        objects: Sequence[str],
         sizes: Sequence[int],
         labels: Sequence[int],
         class_names: Sequence[str],
     ) -> None:
         self._store = store
-        self.keys = list(keys)
+        self.objects = list(objects)
         self.sizes = np.asarray(sizes, dtype=np.int64)
         self.labels = np.asarray(labels, dtype=np.int64)
         self._class_names = list(class_names)
+
+    @property
+    def keys(self) -> list[str]:
+        """The samples' keys (``astronaut/ast_00004``), as the packed folder's index has them."""
+        return [sample_key(key) for key in self.objects]
 
     @property
     def url(self) -> str:
@@ -124,7 +129,7 @@ class FolderDataset:
         return self._class_names
 
     def __len__(self) -> int:
-        return len(self.keys)
+        return len(self.objects)
 
     def __repr__(self) -> str:
         return f"FolderDataset({self.url!r}, images={len(self)})"
@@ -148,7 +153,7 @@ class FolderDataset:
         return list(await asyncio.gather(*(self._read(int(i)) for i in indices)))
 
     async def _read(self, i: int) -> dict[str, Any]:
-        key, size = self.keys[i], int(self.sizes[i])
+        key, size = self.objects[i], int(self.sizes[i])
         sample: dict[str, Any] = {"key": sample_key(key), "label": int(self.labels[i])}
         try:
             if self._store.cache is not None and size > 0:
