@@ -16,6 +16,7 @@ from stoker.format.runs import Run, plan_runs
 from stoker.format.tar import parse_members
 from stoker.format.verify import VerifyReport, verify_shards
 from stoker.storage.base import Store
+from stoker.storage.cached import index_cache
 from stoker.storage.open import open_store
 
 #: Samples closer than this in one shard are fetched by one request (the gap is read too).
@@ -385,16 +386,25 @@ def open_dataset(
     url: str | os.PathLike[str],
     *,
     storage_options: Mapping[str, Any] | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
 ) -> ShardDataset:
     """Open a packed dataset: reads ``index.json`` and ``index.bin`` (two GETs, no LIST).
 
     Args:
         url: The dataset's root, as given to ``stoker pack``.
         storage_options: See :func:`stoker.open_store`.
+        cache_dir: A node's disk cache (:class:`~stoker.storage.cache.DiskCache`), to
+            fetch the index once per node (see :func:`~stoker.format.index.read_index`);
+            the dataset's own reads do not go through it.
 
     Raises:
         FileNotFoundError: No index at ``url``.
         ShardFormatError: The index is malformed or from a newer format version.
     """
     store = open_store(url, storage_options=storage_options)
-    return ShardDataset(store, read_index(store))
+    cache = index_cache(cache_dir)
+    try:
+        return ShardDataset(store, read_index(store, cache=cache))
+    finally:
+        if cache is not None:
+            cache.close()

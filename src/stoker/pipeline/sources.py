@@ -428,9 +428,10 @@ def open_source(
     config = source if isinstance(source, SourceConfig) else SourceConfig(source)
     location = config.location
     plain = config.mix is None and config.window is None and not config.side_tables
+    node = cache.dir if cache is not None else None  # the index is fetched once per node
     if plain and isinstance(location, str | os.PathLike):
         try:
-            packed = open_dataset(location, storage_options=storage_options)
+            packed = open_dataset(location, storage_options=storage_options, cache_dir=node)
         except BucketNotFoundError:
             raise
         except FileNotFoundError:  # no index: an image folder, or neither (said so)
@@ -446,7 +447,7 @@ def open_source(
     datasets = [
         item
         if isinstance(item, ShardDataset)
-        else open_dataset(item, storage_options=storage_options)
+        else open_dataset(item, storage_options=storage_options, cache_dir=node)
         for item in inputs
     ]
     disk: DiskCache | None = None

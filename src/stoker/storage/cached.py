@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import logging
+import os
 import time
 from collections.abc import Mapping, Sequence
 
@@ -50,6 +51,7 @@ CLAIM_WAIT_S = 30.0
 #: The pauses between looks at the cache while waiting: from the first, doubling to the last.
 _FIRST_POLL_S = 0.002
 _LAST_POLL_S = 0.05
+_UNBOUNDED = 1 << 62
 
 
 class CachedStore(StoreWrapper, BlockingForms):
@@ -367,6 +369,25 @@ class CachedStore(StoreWrapper, BlockingForms):
         else:
             future.set_result(whole)
 
+    async def get_whole_async(self, path: str) -> memoryview:
+        """The whole object at ``path`` through the cache (:meth:`get_async` goes straight
+        to the store): its version as the caller gave it or from one HEAD, its pages each
+        fetched by one process of the node, so processes reading it at once (ranks opening
+        one dataset's index) make one fetch between them."""
+        _, size = await self._version(path)
+        if size == 0:
+            return memoryview(b"")
+        return await self.get_range_async(path, start=0, end=size)
+
+    def get_whole(self, path: str) -> memoryview:
+        """Blocking form of :meth:`get_whole_async`."""
+        return self.engine.run(self.get_whole_async(path))
+
+    def size_of(self, path: str) -> int:
+        """The size of the object at ``path``, as the caller gave it or from one HEAD (which
+        :meth:`get_whole` then does not repeat)."""
+        return self.engine.run(self._version(path))[1]
+
     async def get_ranges_async(
         self, path: str, *, starts: Sequence[int], ends: Sequence[int]
     ) -> builtins.list[memoryview]:
@@ -406,6 +427,21 @@ def store_endpoint(store: Store) -> str:
     if isinstance(endpoint, str) and endpoint:
         return endpoint
     return store.options.endpoint_url or ""
+
+
+def index_cache(directory: str | os.PathLike[str] | None) -> DiskCache | None:
+    """The node's disk cache at ``directory`` (None: none) for reading a dataset's index
+    before the data's size is known (:func:`~stoker.format.index.read_index`): not bounded
+    here; the data's cache, opened once the index gives the data's size, holds the
+    directory to its bound. A directory that cannot hold a cache gives None: the index is
+    read from the store, and the data's cache says what is wrong with the directory."""
+    if directory is None:
+        return None
+    try:
+        return DiskCache(directory, max_bytes=_UNBOUNDED)
+    except (OSError, ValueError) as exc:
+        logger.debug("disk cache %s: the index is read from the store: %s", directory, exc)
+        return None
 
 
 def cache_reads(
