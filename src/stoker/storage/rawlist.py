@@ -172,8 +172,11 @@ class RawLister:
             timer.cancel()
             connection.close()
         if response.status != 200:
-            # The words retry.classify and remote's error mapping read.
-            raise OSError(f"raw listing: status code: {response.status}: {body[:2000]!r}")
+            # The words retry.classify and remote's error mapping read, and the server's
+            # Retry-After, which retry.retry_after_s reads (obstore's errors lack it).
+            after = response.getheader("Retry-After")
+            wait = f" (Retry-After: {after.strip()})" if after and after.strip() else ""
+            raise OSError(f"raw listing: status code: {response.status}{wait}: {body[:2000]!r}")
         return body
 
     def _sign(self, host: str, path: str, canonical_query: str) -> dict[str, str]:
