@@ -3,9 +3,11 @@ a dataset and take one batch.
 
 Usage: python startup_child.py SPEC_JSON, where SPEC_JSON holds ``url``, ``options``
 (storage options), ``rank``, ``world_size``, ``batch_size``, ``cache_dir`` (or null),
-``launched_at`` (the wall time the processes were started) and ``out`` (a JSON file to
-write). Writes the first batch's sample ids, the seconds from the launch to stoker imported
-and to the first batch, and the loader's request counters.
+``launched_at`` (the wall time the processes were started), ``ready`` (a file to create once
+stoker is imported), ``go`` (a file to wait for, as ranks wait at a barrier, holding the wall
+time it was made) and ``out`` (a JSON file to write). Writes the first batch's sample ids,
+the seconds from the launch to stoker imported, from the go to the first batch, and the
+loader's request counters.
 """
 
 from __future__ import annotations
@@ -22,6 +24,11 @@ IMPORTED = time.time()
 
 def main() -> None:
     spec = json.loads(sys.argv[1])
+    Path(spec["ready"]).touch()
+    go = Path(spec["go"])
+    while not go.is_file():
+        time.sleep(0.001)
+    go_at = float(go.read_text())
     with Loader(
         spec["url"],
         batch_size=spec["batch_size"],
@@ -30,7 +37,7 @@ def main() -> None:
         storage_options=spec["options"],
     ) as loader:
         batch = next(iter(loader))
-        first_batch_s = time.time() - spec["launched_at"]
+        first_batch_s = time.time() - go_at
         requests = loader.stats().requests
     out = {
         "ids": [int(i) for i in batch["index"]],

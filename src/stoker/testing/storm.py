@@ -1,7 +1,8 @@
 """A start-up storm: many processes opening one dataset at once behind a throttling proxy.
 
-`run_startup_storm` starts ``processes`` loader processes together (ranks of one node),
-each opening a packed dataset and taking its first batch, through a
+`run_startup_storm` starts ``processes`` loader processes (ranks of one node); once all have
+imported stoker, they are let go at once (as ranks leave a barrier) and each opens a packed
+dataset and takes its first batch, through a
 `~stoker.testing.netproxy.NetProxy` that admits ``requests_per_s`` per prefix and answers
 ``503 SlowDown`` beyond. The proxy records every request, so what the start cost is counted
 at the server's side: the requests for the dataset's data (its shards) and the rest (the
@@ -35,8 +36,9 @@ class StormRun:
         seen: Each request the proxy saw: (method, target, answer), in order.
         exit_codes: Each process's exit status.
         errors: Each failed process's last lines of stderr.
-        reports: Each process's report (first batch ids, seconds to it, counters); empty
-            for a process that failed.
+        reports: Each process's report (first batch ids, seconds from the launch to stoker
+            imported, from the go to the first batch, counters); empty for a process that
+            failed.
     """
 
     processes: int
@@ -79,7 +81,7 @@ class StormRun:
 
     @property
     def max_first_batch_s(self) -> float:
-        """The longest time from the launch to a process's first batch (inf: one failed)."""
+        """The longest time from the go to a process's first batch (inf: one failed)."""
         times = [r.get("first_batch_s", float("inf")) for r in self.reports]
         return max(times) if times and self.failures == 0 else float("inf")
 
@@ -108,6 +110,21 @@ def _is_data(target: str) -> bool:
     return name.startswith("shard-")
 
 
+def _let_go(
+    work: Path, specs: list[dict[str, Any]], children: list[subprocess.Popen[str]], deadline: float
+) -> None:
+    """Wait until every child is ready (or has ended, or the deadline passed), then create
+    the go file at once (written aside and renamed, so it is read whole)."""
+    while time.monotonic() < deadline and not all(
+        Path(spec["ready"]).is_file() or child.poll() is not None
+        for spec, child in zip(specs, children, strict=True)
+    ):
+        time.sleep(0.005)
+    aside = work / "go.tmp"
+    aside.write_text(repr(time.time()))
+    aside.rename(work / "go")
+
+
 def run_startup_storm(
     server: SeaweedServer,
     dataset_url: str,
@@ -120,9 +137,10 @@ def run_startup_storm(
     cache_dir: Path | None = None,
     timeout_s: float = 300.0,
 ) -> StormRun:
-    """Start ``processes`` copies of ``python CHILD SPEC_JSON`` at once, ranks 0.. of as many,
-    each opening ``dataset_url`` through a proxy limiting its prefix to ``requests_per_s``
-    and taking one batch; ``cache_dir`` is the node's disk cache (None: none). ``child``
+    """Start ``processes`` copies of ``python CHILD SPEC_JSON``, ranks 0.. of as many; once
+    each has created its spec's ``ready`` file, create the ``go`` file (holding the time),
+    and each opens ``dataset_url`` through a proxy limiting its prefix to ``requests_per_s``
+    and takes one batch; ``cache_dir`` is the node's disk cache (None: none). ``child``
     writes its report to the spec's ``out``. A process still running after ``timeout_s``
     is killed (and counted as a failure)."""
     limit = RateLimitConfig(requests_per_s=requests_per_s)
@@ -141,6 +159,8 @@ def run_startup_storm(
                 "batch_size": batch_size,
                 "cache_dir": None if cache_dir is None else str(cache_dir),
                 "launched_at": launched_at,
+                "ready": str(work / f"rank{rank}.ready"),
+                "go": str(work / "go"),
                 "out": str(work / f"rank{rank}.json"),
             }
             for rank in range(processes)
@@ -155,6 +175,7 @@ def run_startup_storm(
             for spec in specs
         ]
         deadline = time.monotonic() + timeout_s
+        _let_go(work, specs, children, deadline)
         errors = []
         for process in children:
             try:
