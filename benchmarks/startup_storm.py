@@ -4,20 +4,20 @@ a rate-limited endpoint.
 Starts SeaweedFS on loopback, packs a small dataset (one prefix), and puts stoker's proxy in
 front admitting 100 requests/s per prefix (a token bucket with a 0.1 s burst), answering
 S3's ``503 SlowDown`` beyond, as a partition of an S3 bucket does. Then, three rounds of
-each: 16 loader processes (ranks 0-15 of 16 on one node) launched together, each opening the
-dataset and taking its first batch, with a shared disk cache (the node cache; emptied before
-each round, so every round is a cold start) and without one. The processes are let go together once all have imported stoker, as ranks
-leave a barrier (on 2 cores 16 interpreters take 2-5 s to import numpy and stoker, which
-would spread the starts out).
+each: 16 loader processes (ranks 0-15 of 16 on one node), each opening the dataset and
+taking its first batch, with a shared disk cache (the node cache; emptied before each
+round, so every round is a cold start) and without one. The processes are let go together
+once all have imported stoker, as ranks leave a barrier (on 2 cores 16 interpreters take
+2-5 s to import numpy and stoker, which would spread the starts out).
 
 For each round: processes that failed, the slowest first batch (seconds from the go), the
-slowest import (from the launch, before the go), and the requests the proxy saw besides the data's (the index, HEADs, throttled ones
-included) per process, with the index GETs, the data requests and the throttles. The
-acceptance: 0 failures, every first batch within 10 s, <= 2 requests per process beyond the
-data.
+slowest import (from the launch, before the go), and the requests the proxy saw besides
+the data's (the index, HEADs, throttled ones included) per process, with the index GETs,
+the data requests and the throttles. The acceptance: 0 failures, every first batch within
+10 s, <= 2 requests per process beyond the data.
 
     pip install -e '.[bench]'
-    python benchmarks/startup_storm.py               # about two minutes on 2 cores
+    python benchmarks/startup_storm.py               # under a minute on 2 cores
     python benchmarks/startup_storm.py --rounds 1
 
 Writes benchmarks/out/startup_storm.json and benchmarks/out/startup_storm.md.
