@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import stoker
@@ -23,3 +24,41 @@ def test_the_loader_module_reads_as_its_pipeline_in_400_lines() -> None:
     # Its stages live in plan, prefetch and batching; the Loader only joins them.
     lines = (SRC / "pipeline" / "loader.py").read_text(encoding="utf-8").splitlines()
     assert len(lines) <= 400
+
+
+def _classes_by_module(suffixes: tuple[str, ...]) -> dict[str, str]:
+    """Each class of the package whose name ends with one of ``suffixes``, by the module
+    that defines it."""
+    found = {}
+    for path in SRC.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef) and node.name.endswith(suffixes):
+                found[node.name] = str(path.relative_to(SRC))
+    return found
+
+
+def test_no_module_tests_another_modules_source_batcher_or_loader_class() -> None:
+    # A source says what its units are (issue 33 item 1): callers ask it, never its class.
+    classes = _classes_by_module(("Source", "Batcher", "Assembler", "Loader"))
+    assert {"DatasetSource", "TokenSource", "FolderSource", "TokenBatcher"} <= set(classes)
+    tested = []
+    for path in SRC.rglob("*.py"):
+        module = str(path.relative_to(SRC))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not (isinstance(node, ast.Call) and getattr(node.func, "id", "") == "isinstance"):
+                continue
+            names = {n.id for n in ast.walk(node.args[1]) if isinstance(n, ast.Name)}
+            names |= {n.attr for n in ast.walk(node.args[1]) if isinstance(n, ast.Attribute)}
+            tested += [
+                f"{module}:{node.lineno} {name}"
+                for name in sorted(names)
+                if name in classes and classes[name] != module
+            ]
+    assert tested == []
+
+
+def test_token_loader_is_a_constructor_over_the_loader() -> None:
+    from stoker.pipeline.token_loader import TokenLoader
+
+    private = [name for name in vars(TokenLoader) if name.startswith("_") and name[1] != "_"]
+    assert private == []

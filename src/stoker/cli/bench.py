@@ -270,7 +270,7 @@ def _order_model(loader: Loader) -> tuple[list[int], Any]:
     from stoker.pipeline.folder import FolderSource
 
     source, dataset = loader.source, loader.dataset
-    if isinstance(source, FolderSource):  # one object per read: blocks of one
-        return [source.units()], source.order_for(loader.order_config)
+    if source.one_get_per_unit:  # an unpacked folder: one object per read, blocks of one
+        return [source.units()], FolderSource.order_for(loader.order_config)
     sizes = [s.samples for s in dataset.shards] if isinstance(dataset, ShardDataset) else []
     return sizes, loader.order_config

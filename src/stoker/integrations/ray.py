@@ -56,6 +56,7 @@ from stoker.integrations.ray_tasks import (
     fingerprint,
 )
 from stoker.integrations.ray_tasks import batch_table as batch_table  # public here too
+from stoker.pipeline.batcher import BatcherSettings
 from stoker.pipeline.batching import BatchAssembler
 from stoker.pipeline.config import DecodeConfig, config_or_default
 from stoker.pipeline.order import EpochOrder, OrderConfig
@@ -156,12 +157,9 @@ def read_dataset(
     # Checked here, on the driver, so a transform for records without images fails now.
     BatchAssembler.for_source(
         opened,
-        transform,
-        seed=settings.seed_value,
-        decode=decode,
-        fields=decode.fields,
-        stages=Stages(),
-        threads=1,
+        BatcherSettings(
+            transform=transform, seed=settings.seed_value, decode=decode, stages=Stages(), threads=1
+        ),
     ).close()
     orders = {e: opened.epoch_order(settings, e) for e in range(epoch, epoch + epochs)}
     datasource = StokerDatasource(dataset, orders, options, groups_per_task=groups_per_task)

@@ -15,6 +15,7 @@ import numpy as np
 
 from stoker.core.metrics import Stages
 from stoker.format.reader import ShardDataset, member_entry, member_extension, open_dataset
+from stoker.pipeline.batcher import BatcherSettings
 from stoker.pipeline.batching import BatchAssembler
 from stoker.pipeline.config import DecodeConfig
 from stoker.pipeline.sources import DatasetSource
@@ -149,12 +150,7 @@ def decode_block(
     source = worker_source(where)
     assembler = BatchAssembler.for_source(
         source,
-        transform,
-        seed=seed,
-        decode=decode,
-        fields=decode.fields,
-        stages=Stages(),
-        threads=1,
+        BatcherSettings(transform=transform, seed=seed, decode=decode, stages=Stages(), threads=1),
     )
     skipped: list[tuple[str, str]] = []
     tables = []

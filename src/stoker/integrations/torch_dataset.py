@@ -20,9 +20,11 @@ from stoker.integrations.torch_tensors import to_tensors
 from stoker.integrations.torch_workers import FirstBatches, NextEpoch, StartPoint
 from stoker.pipeline.autotune import default_threads
 from stoker.pipeline.config import BLOCK_PAGE_BYTES, DecodeConfig, LoaderOptions, SourceConfig
+from stoker.pipeline.dataset_source import packed_dataset
 from stoker.pipeline.loader import Loader
 from stoker.pipeline.plan import batches_per_epoch, resolve_order, resolve_seed
-from stoker.pipeline.sources import DatasetSource, Source, SourceLike, open_source
+from stoker.pipeline.source import Source
+from stoker.pipeline.sources import SourceLike, open_source
 from stoker.pipeline.world import World
 
 
@@ -253,9 +255,9 @@ class StokerIterableDataset(IterableDataset[dict[str, Any]]):
         here (its index read once per process; in a forked worker, the parent's, with a
         client of its own); anything else as given."""
         if isinstance(self.source, str | os.PathLike):
-            opened = self.opened()
-            if isinstance(opened, DatasetSource):
-                return opened.dataset
+            dataset = packed_dataset(self.opened())
+            if dataset is not None:
+                return dataset
         return self.source
 
     def _epoch(self, start: dict[str, Any], info: Any) -> Iterator[Any]:

@@ -5,8 +5,9 @@ batch into one slice per decode thread (or worker process) and submits them;
 :meth:`~BatchAssembler.finish` waits for them and assembles the batch dict, raising on an
 undecodable sample or skipping it. Batches with a fixed output size are decoded straight
 into one preallocated ``(N, *unit, H, W, 3)`` uint8 array, recycled once nothing else
-refers to it (:class:`~stoker.pipeline.batch_arrays.BatchArrays`). Token sequences are
-assembled by :class:`~stoker.pipeline.token_batcher.TokenBatcher` instead.
+refers to it (:class:`~stoker.pipeline.batch_arrays.BatchArrays`). It is the
+:class:`~stoker.pipeline.batcher.Batcher` of samples and windows; token sequences have
+:class:`~stoker.pipeline.token_batcher.TokenBatcher`.
 """
 
 from __future__ import annotations
@@ -25,12 +26,10 @@ from stoker.errors import StokerError
 from stoker.format.reader import ShardDataset
 from stoker.format.spec import IMAGE_FIELD_NAMES
 from stoker.pipeline.batch_arrays import BatchArrays
-from stoker.pipeline.config import DecodeConfig
-from stoker.pipeline.fields import FieldsConfig, MissingField, collate
+from stoker.pipeline.batcher import BatcherSettings
+from stoker.pipeline.fields import MissingField, collate
 from stoker.pipeline.pending import PendingBatch
-from stoker.pipeline.sources import MixedSource, Source, WindowSource
-from stoker.pipeline.token_batcher import TokenBatcher
-from stoker.pipeline.tokens import TokenSource
+from stoker.pipeline.source import Source
 from stoker.pipeline.workers import (
     DEFAULT_SAMPLE_BYTES,
     ProcessDecoder,
@@ -92,34 +91,16 @@ class BatchAssembler:
 
     @classmethod
     def for_source(
-        cls,
-        source: Source,
-        transform: Any,
-        *,
-        seed: int,
-        decode: DecodeConfig,
-        fields: FieldsConfig,
-        stages: Stages,
-        threads: int,
-    ) -> BatchAssembler | TokenBatcher:
-        """The assembler of a Loader's batches over ``source``: an image through
-        ``transform`` where the samples have one (:func:`stores_images`), every other
-        field as ``fields`` says; over token sequences, a
-        :class:`~stoker.pipeline.token_batcher.TokenBatcher` (no decode pool).
+        cls, source: Source, settings: BatcherSettings, *, unit_shape: tuple[int, ...] = ()
+    ) -> BatchAssembler:
+        """The assembler of a Loader's batches over ``source``'s samples (or windows of
+        ``unit_shape`` records): an image through the transform where the samples have one
+        (:func:`stores_images`), every other field as ``settings.decode.fields`` says.
 
         Raises:
             ValueError: A transform for samples without images.
         """
-        tokens = _token_sources(source)
-        if tokens:
-            if transform is not None:
-                raise ValueError(f"{source.url}: token sequences take no transform")
-            return TokenBatcher(
-                tokens[0].config,
-                doc_starts=[s.doc_starts for s in tokens] if tokens[0].config.documents else [],
-                mixed=isinstance(source, MixedSource),
-                stages=stages,
-            )
+        transform, decode = settings.transform, settings.decode
         stored = stores_images(source)
         if transform is not None and not stored:
             raise ValueError(
@@ -128,20 +109,32 @@ class BatchAssembler:
             )
         # An image where the samples have one, unless a selection leaves it out (a
         # transform asks for it).
+        fields = decode.fields
         chosen = fields.chosen()
         image = transform is not None or (stored if chosen is None else "image" in chosen)
-        decoder = SampleDecoder(transform, seed, decode.max_pixels, fields=fields, image=image)
+        decoder = SampleDecoder(
+            transform, settings.seed, decode.max_pixels, fields=fields, image=image
+        )
         return cls(
             decoder,
-            stages=stages,
+            stages=settings.stages,
             url=source.url,
             extra_fields=source.extra_fields,
-            # A unit is one image, or a window of `size` frames.
-            unit_shape=(source.window.size,) if isinstance(source, WindowSource) else (),
-            threads=threads,
+            unit_shape=unit_shape,
+            threads=settings.threads,
             method=decode.method,
             on_error=decode.on_error,
         )
+
+    @property
+    def workers(self) -> BatchAssembler:
+        """Its own threads (or processes): it starts, resizes and stops them."""
+        return self
+
+    @property
+    def resizable(self) -> bool:
+        """Whether :meth:`resize` changes the count (threads; processes keep theirs)."""
+        return self.method == "thread"
 
     def start_workers(self, *, batch_size: int, depth: int) -> None:
         """Start the thread pool unless running (worker processes start with the first
@@ -383,13 +376,6 @@ class BatchAssembler:
         if self._processes is not None:
             self._processes.close()
             self._processes = None
-
-
-def _token_sources(source: Source) -> list[TokenSource]:
-    """The token sources ``source`` reads (itself, or a mix's), or none."""
-    parts = source.sources if isinstance(source, MixedSource) else [source]
-    found = [s for s in parts if isinstance(s, TokenSource)]
-    return found if len(found) == len(parts) else []
 
 
 def stores_images(source: Source) -> bool:

@@ -22,6 +22,7 @@ from stoker.pipeline.autotune import AutotuneConfig
 from stoker.pipeline.fields import FieldsConfig
 from stoker.pipeline.mixing import MixConfig
 from stoker.pipeline.order import OrderConfig
+from stoker.pipeline.token_batcher import TokenConfig
 from stoker.pipeline.transforms import PlannedTransform
 from stoker.pipeline.windows import WindowConfig
 from stoker.pipeline.world import World
@@ -178,6 +179,8 @@ class SourceConfig:
         side_tables: Arrays with one row per sample that live once in the store, as
             ``{name: URL of a .npy file}``; each batch gets ``batch[name]`` with its rows,
             read by ranged GETs (through the disk cache, if any).
+        tokens: Read token datasets as sequences of ``tokens.seq_len + 1`` tokens (what
+            :class:`~stoker.TokenLoader` passes on); a token dataset needs it.
     """
 
     location: (
@@ -186,6 +189,7 @@ class SourceConfig:
     mix: MixConfig | None = None
     window: WindowConfig | None = None
     side_tables: Mapping[str, str] | None = None
+    tokens: TokenConfig | None = None
 
     def __post_init__(self) -> None:
         location = self.location

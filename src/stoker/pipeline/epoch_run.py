@@ -12,18 +12,14 @@ import os
 from collections import deque
 from concurrent.futures import CancelledError
 from dataclasses import dataclass, field
-from typing import Any, TypeGuard
+from typing import Any
 
 from stoker.errors import StokerError
-from stoker.pipeline.batching import BatchAssembler
+from stoker.pipeline.batcher import Batcher, DecodeWorkers
 from stoker.pipeline.pending import PendingBatch
 from stoker.pipeline.plan import EpochPlan
 from stoker.pipeline.prefetch import FetchStream
 from stoker.pipeline.skips import SkipBudget
-from stoker.pipeline.token_batcher import TokenBatcher
-
-#: What decodes and assembles a run's batches (the Loader's).
-Batcher = BatchAssembler | TokenBatcher
 
 
 @dataclass(slots=True)
@@ -83,10 +79,11 @@ class EpochRun:
         """Start decoding the next batches, up to ``depth`` decoding; wait for a batch's
         samples only when nothing is decoding (else that is delivered first)."""
         self.stream.top_up()  # reads go on while the decodes are full
-        if self.lead and not self.decodes and _threaded(batches):
+        workers = _resizable(batches)
+        if self.lead and not self.decodes and workers is not None:
             # The first batch alone on more threads: nothing else is submitted with it.
-            self._threads = batches.threads
-            batches.resize(max(self.lead, self._threads))
+            self._threads = workers.threads
+            workers.resize(max(self.lead, self._threads))
             self.lead, depth = 0, 1
         while self.pending and len(self.decodes) < depth:
             number = self.pending[0]
@@ -122,8 +119,9 @@ class EpochRun:
         decoding here; never waits (nor starts a run of another process)."""
         if not self.here:
             return
-        if self._threads:  # the led first batch is out: back to the usual threads
-            batches.resize(self._threads)
+        workers = _resizable(batches)
+        if self._threads and workers is not None:  # the led first batch is out: back
+            workers.resize(self._threads)
             self._threads = 0
         self.stream.top_up()
         while self.pending and len(self.decodes) < room:
@@ -140,8 +138,9 @@ class EpochRun:
         process's shared-memory slot is freed when its batch is collected)."""
         if not self.here:
             return  # a parent's: its threads and processes are not here
-        if self._threads:  # a led first batch never delivered
-            batches.resize(self._threads)
+        workers = _resizable(batches)
+        if self._threads and workers is not None:  # a led first batch never delivered
+            workers.resize(self._threads)
         for _, pending_batch in self.decodes:
             if pending_batch.slot is None:
                 continue  # a thread's result is simply dropped
@@ -151,9 +150,10 @@ class EpochRun:
         self.decodes.clear()
 
 
-def _threaded(batches: Batcher) -> TypeGuard[BatchAssembler]:
-    """Whether ``batches`` decodes on threads it can resize."""
-    return isinstance(batches, BatchAssembler) and batches.method == "thread"
+def _resizable(batches: Batcher) -> DecodeWorkers | None:
+    """The threads ``batches`` decodes on, if it can resize them."""
+    workers = batches.workers
+    return workers if workers is not None and workers.resizable else None
 
 
 def taken_over(

@@ -47,6 +47,8 @@ from stoker.format.foreign.imagefolder import ImageFolderReader
 from stoker.format.foreign.locations import is_remote
 from stoker.format.foreign.wds_tar import COMPRESSED_TAR_SUFFIXES
 from stoker.format.spec import normalise_extension
+from stoker.pipeline.batcher import Batcher, BatcherSettings
+from stoker.pipeline.batching import BatchAssembler
 from stoker.pipeline.config import CacheConfig
 from stoker.pipeline.listing import (
     FolderListing,
@@ -59,6 +61,7 @@ from stoker.pipeline.listing import (
 from stoker.pipeline.order import EpochOrder, OrderConfig, epoch_order
 from stoker.storage.base import Store
 from stoker.storage.cache import DiskCache
+from stoker.storage.cache_once import fetch_once
 from stoker.storage.cached import cache_reads
 from stoker.storage.open import open_store
 from stoker.storage.url import parse_url
@@ -200,6 +203,18 @@ class FolderSource:
     def extra_fields(self) -> tuple[str, ...]:
         return ()
 
+    cut_first_batch = False
+    one_get_per_unit = True
+
+    def order_defaults(self, order: OrderConfig, *, units: int, unit_bytes: float) -> OrderConfig:
+        return order  # blocks of one object at each epoch's order (order_for)
+
+    def make_batcher(self, settings: BatcherSettings) -> Batcher:
+        return BatchAssembler.for_source(self, settings)
+
+    def shard_of(self, unit: int) -> str | None:
+        return None  # the unit is an object of its own: its key names it
+
     @staticmethod
     def order_for(config: OrderConfig) -> OrderConfig:
         """The order settings this source really uses for ``config``.
@@ -308,10 +323,15 @@ def open_folder(
     directory = Path(cache.dir) if cache is not None and cache.dir is not None else None
     key = listing_key(store)
     listing = None
-    if directory is not None and remote:
-        probe = DiskCache(directory, max_bytes=1 << 62)  # only read: its bound is moot
-        listing = load_listing(probe.get(key))
-        probe.close()
+    if directory is not None and remote:  # listed by one process of the node at a time
+        probe = DiskCache(directory, max_bytes=1 << 62)  # the listing only: its bound is moot
+        try:
+            found = fetch_once(
+                probe, key, lambda: dump_listing(_list(location, store, storage_options))
+            )
+            listing = load_listing(found)
+        finally:
+            probe.close()
     if listing is None:
         listing = _list(location, store, storage_options)
     keys, sizes, labels, etags, class_names = listing

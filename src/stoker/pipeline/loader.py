@@ -7,8 +7,8 @@ The read path, for one rank (and one loader worker), each step in its own module
 2. **prefetch** (:mod:`~stoker.pipeline.prefetch`): chunks of one read group (one ranged
    GET per block) in the order they are first needed, ``prefetch`` chunks ahead, on the
    store's I/O engine, through an optional in-memory cache.
-3. **decode** (:mod:`~stoker.pipeline.batching`): each batch decoded and transformed on a
-   thread pool (the decoders release the GIL) into a preallocated ``(N, H, W, 3)`` array.
+3. **decode**: the source's :class:`~stoker.pipeline.batcher.Batcher` makes each batch
+   (images decoded on a thread pool into a preallocated array; token rows cast).
 4. **deliver**: the batch to the caller; skips held to a budget (:mod:`.skips`), counters.
 
 Resume state is a few integers (:meth:`Loader.state_dict`); what is not restored is said
@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal
 
 from stoker.core.checks import check_bool
 from stoker.core.metrics import Stage, Stages, TraceEvent
 from stoker.pipeline.autotune import AutotuneConfig, Autotuner, default_threads
-from stoker.pipeline.batching import BatchAssembler
+from stoker.pipeline.batcher import BatcherSettings
 from stoker.pipeline.config import (
     BLOCK_PAGE_BYTES,
     SAMPLE_PAGE_BYTES,
@@ -49,8 +49,9 @@ from stoker.pipeline.plan import (
 )
 from stoker.pipeline.prefetch import Prefetcher
 from stoker.pipeline.skips import SkipBudget
-from stoker.pipeline.sources import MixedSource, SourceLike, open_source
+from stoker.pipeline.sources import SourceLike, mixed_order, open_source
 from stoker.pipeline.stats import LoaderStats, ProgressLog, samples_per_epoch
+from stoker.pipeline.tokens import first_batch_apart
 from stoker.pipeline.world import World
 
 logger = logging.getLogger(__name__)
@@ -72,8 +73,8 @@ class Loader:
         source: Dataset URL or local path (or an opened
             :class:`~stoker.format.reader.ShardDataset`); a
             :class:`~stoker.pipeline.config.SourceConfig` to mix datasets, read windows of
-            records or attach side tables; or a prebuilt :mod:`~stoker.pipeline.sources`
-            source.
+            records, attach side tables or cut token sequences; or a prebuilt
+            :mod:`~stoker.pipeline.sources` source.
         batch_size: Samples (or windows) per batch.
         transform: A built-in transform (``RandomResizedCrop``, ``CenterCrop``, ``Resize``:
             images come out as one ``(N, H, W, 3)`` uint8 array), any callable taking a
@@ -136,15 +137,14 @@ class Loader:
         cache = config_or_default("cache", cache, CacheConfig)
         autotune = config_or_default("autotune", autotune, AutotuneConfig)
         self.stages = Stages()
+        page = SAMPLE_PAGE_BYTES if order.mode == "random" else BLOCK_PAGE_BYTES
         with self.stages.time(Stage.INDEX):
             self.source = open_source(
-                source,
-                storage_options=storage_options,
-                cache=cache,
-                page_bytes=SAMPLE_PAGE_BYTES if order.mode == "random" else BLOCK_PAGE_BYTES,
+                source, storage_options=storage_options, cache=cache, page_bytes=page
             )
         self.dataset = self.source.datasets[0]
         units, unit_bytes = self.source.units(), self.source.unit_bytes()
+        order = self.source.order_defaults(order, units=units, unit_bytes=unit_bytes)
         self.order_config = resolve_order(
             order, seed=seed, units=units, unit_bytes=unit_bytes, shuffled=self.source.shuffled()
         )
@@ -172,14 +172,14 @@ class Loader:
         self._prefetcher = Prefetcher(
             self.source, stages=self.stages, memory_bytes=cache.memory_bytes, hold=hold
         )
-        self._batches = BatchAssembler.for_source(
-            self.source,
-            transform,
-            seed=self.order_config.seed_value,
-            decode=decode,
-            fields=decode.fields,
-            stages=self.stages,
-            threads=self.num_threads,
+        self._batches = self.source.make_batcher(
+            BatcherSettings(
+                transform=transform,
+                seed=self.order_config.seed_value,
+                decode=decode,
+                stages=self.stages,
+                threads=self.num_threads,
+            )
         )
         self.epoch = 0
         self._position = 0  # batches of this rank's epoch already delivered
@@ -198,8 +198,7 @@ class Loader:
         """Start epoch ``epoch`` at its beginning (unless a restored state is pending for it);
         a completed epoch moves on to the next by itself."""
         if epoch != self.epoch:
-            self.epoch = epoch
-            self._position, self._segments = 0, []
+            self.epoch, self._position, self._segments = epoch, 0, []
 
     def _order(self, epoch: int | None = None) -> EpochOrder:
         epoch = self.epoch if epoch is None else epoch
@@ -208,18 +207,17 @@ class Loader:
             self._orders[epoch] = self.source.epoch_order(self.order_config, epoch)
         return self._orders[epoch]
 
-    def _plan(
-        self, epoch: int, position: int = 0, segments: list[Segment] | None = None
-    ) -> EpochPlan:
-        return plan_epoch(
+    def _plan(self, epoch: int, position: int = 0, segments: Sequence[Segment] = ()) -> EpochPlan:
+        plan = plan_epoch(
             self._order(epoch),
             world=self.world,
             batch_size=self.batch_size,
             drop_last=self.drop_last,
             group_samples=self.order_config.group_samples,
             position=position,
-            segments=segments or (),
+            segments=segments,
         )
+        return first_batch_apart(plan) if self.source.cut_first_batch else plan
 
     def mix_shares(self) -> tuple[SourceShare, ...]:
         """What each source of a mix gives this epoch (samples, share, repeats).
@@ -227,9 +225,7 @@ class Loader:
         Raises:
             ValueError: The loader reads a single source.
         """
-        if not isinstance(self.source, MixedSource):
-            raise ValueError("mix_shares() needs a loader over several datasets with mix=")
-        return self.source.mixed_order(self.order_config, self.epoch).shares
+        return mixed_order(self.source, self.order_config, self.epoch).shares
 
     def batches_per_epoch(self) -> int:
         """Batches this rank delivers in a full epoch (the same on every rank)."""
@@ -323,7 +319,8 @@ class Loader:
             run.stream.delivering = True  # so its next read groups are fetched from now on
         else:
             plan = self._plan(self.epoch, self._position, self._segments)
-            self._batches.start_workers(batch_size=self.batch_size, depth=self._decode_depth)
+            if (workers := self._batches.workers) is not None:  # None: made in this thread
+                workers.start_workers(batch_size=self.batch_size, depth=self._decode_depth)
             stream = self._prefetcher.open(self.epoch, plan, on_drained=self._read_ahead)
             run = EpochRun.start(self.epoch, plan, stream, fresh=fresh)
         run.lead, self._lead = self._lead, 0
@@ -378,7 +375,8 @@ class Loader:
         if not tuner.settled:
             tuner.observe(now, self._stats.samples, self.stages.seconds(Stage.WAIT_FETCH))
             self.prefetch, self.num_threads = tuner.prefetch, tuner.threads
-            self._batches.resize(tuner.threads)
+            if (workers := self._batches.workers) is not None:
+                workers.resize(tuner.threads)
         return now
 
     def close(self) -> None:
@@ -387,7 +385,8 @@ class Loader:
         self._prefetcher.drop_read_ahead()
         taken_over(self._next, epoch=-1, fresh=False, batches=self._batches)  # dropped
         self._next = None
-        self._batches.close()
+        if (workers := self._batches.workers) is not None:
+            workers.close()
         for dataset in self.source.datasets:
             if dataset.store.cache is not None:
                 dataset.store.cache.close()

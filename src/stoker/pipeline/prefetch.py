@@ -25,7 +25,7 @@ import numpy as np
 from stoker.core.metrics import Stage, Stages
 from stoker.pipeline.cache import SampleCache
 from stoker.pipeline.plan import EpochPlan, chunks_covering
-from stoker.pipeline.sources import Source
+from stoker.pipeline.source import Source
 from stoker.storage.engine import IOEngine
 
 #: What one fetch gives: sample id -> its fields.

@@ -23,7 +23,6 @@ import numpy as np
 
 from stoker.errors import SkipBudgetError
 from stoker.pipeline.config import DecodeConfig
-from stoker.pipeline.sources import DatasetSource, MixedSource, WindowSource
 
 #: Skipped samples named in the message of a :class:`~stoker.errors.SkipBudgetError`.
 SHOWN_IN_ERROR = 5
@@ -50,20 +49,6 @@ def skipped_ids(ids: np.ndarray, delivered: np.ndarray) -> list[int]:
     return missing
 
 
-def shard_of(source: Any, unit: int) -> str | None:
-    """The shard (or file) unit ``unit`` of ``source`` was read from, where the source
-    says; None for an unpacked folder (the key is its object)."""
-    if isinstance(source, DatasetSource):
-        index = source.dataset.index
-        return index.shards[int(index.shard[unit])].name
-    if isinstance(source, WindowSource):
-        return shard_of(source.source, int(source.records([unit])[0][0]))
-    if isinstance(source, MixedSource):
-        which, local = source._locate([unit])  # its own map of mixed ids
-        return shard_of(source.sources[int(which[0])], int(local[0]))
-    return None
-
-
 def append_skipped(path: str | os.PathLike[str], records: Sequence[dict[str, Any]]) -> None:
     """Append each record to ``path`` as one JSON line, each in one ``write`` to a file
     opened for appending (lines of several processes do not interleave)."""
@@ -81,7 +66,8 @@ class SkipBudget:
     Args:
         decode: Its ``max_skipped`` (a count, a share of the epoch in (0, 1), or None:
             only counted) and ``skipped_file`` (where each skip is appended, or None).
-        source: What the loader reads (its ``url`` for messages; each skip's shard).
+        source: What the loader reads (its ``url`` for messages; ``shard_of`` each skip's
+            shard).
         epoch_samples: The rank's samples in the epoch under way (asked for a share's
             limit by :meth:`took`; :meth:`worker_reported` reads them from the stats).
     """
@@ -144,7 +130,7 @@ class SkipBudget:
         records = [
             {
                 "key": key,
-                "shard": None if unit is None else shard_of(self.source, unit),
+                "shard": None if unit is None else self.source.shard_of(unit),
                 "reason": reason,
                 "epoch": epoch,
                 "url": self.url,

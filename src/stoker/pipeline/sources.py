@@ -1,14 +1,15 @@
 """What a Loader reads: one dataset, a mix of datasets, or windows of records.
 
-A *source* gives the loader three things: the order of an epoch over its *units* (samples,
-mixed samples or windows), the bytes of a unit (to size reads and budgets), and the units
-themselves for a list of ids, read concurrently on the I/O engine. Each unit is a dict
+A *source* (:class:`~stoker.pipeline.source.Source`) gives the loader the order of an
+epoch over its *units* (samples, mixed samples or windows), the bytes of a unit (to size
+reads and budgets), the units themselves for a list of ids, read concurrently on the I/O
+engine, and what its kind of unit needs (the batcher that assembles them, ...). Each unit is a dict
 with its fields (``jpg``, ...), ``key`` and ``label``, plus the source's extra arrays; a
 sample that fails its checks (CRC-32, malformed members) is a dict with ``key``, ``label``
 and its ``error``, which the loader raises or skips like an undecodable image:
 
-- :class:`DatasetSource`: samples of one packed dataset, with rows of side tables
-  (``.npy`` arrays in the bucket, read by ranged GETs; see
+- :class:`~stoker.pipeline.dataset_source.DatasetSource`: samples of one packed dataset,
+  with rows of side tables (``.npy`` arrays in the bucket, read by ranged GETs; see
   :mod:`stoker.format.sidetable`) attached under their names;
 - :class:`MixedSource`: several dataset (or token) sources in set proportions
   (:mod:`stoker.pipeline.mixing`), each unit tagged with its ``source``;
@@ -27,18 +28,23 @@ import asyncio
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
 from stoker.errors import BucketNotFoundError
 from stoker.format.reader import ShardDataset, open_dataset
 from stoker.format.sidetable import SideTable, open_side_table
-from stoker.pipeline.config import CacheConfig, SourceConfig
+from stoker.pipeline.batcher import Batcher, BatcherSettings
+from stoker.pipeline.batching import BatchAssembler
+from stoker.pipeline.config import BLOCK_PAGE_BYTES, CacheConfig, SourceConfig
+from stoker.pipeline.dataset_source import LOADER_MAX_GAP_BYTES as LOADER_MAX_GAP_BYTES
+from stoker.pipeline.dataset_source import DatasetSource as DatasetSource
 from stoker.pipeline.mixing import MixConfig, MixedOrder, mixed_epoch_order, source_counts
-from stoker.pipeline.order import EpochOrder, OrderConfig, epoch_order
+from stoker.pipeline.order import EpochOrder, OrderConfig
 from stoker.pipeline.plan import block_size_for
-from stoker.pipeline.tokens import TokenConfig, TokenSource, token_block_size, token_sources
+from stoker.pipeline.source import Source as Source
+from stoker.pipeline.tokens import TokenSource, token_block_size, token_sources
 from stoker.pipeline.windows import (
     WindowConfig,
     dirname_sequence_ids,
@@ -46,171 +52,9 @@ from stoker.pipeline.windows import (
     window_records,
     window_starts,
 )
-from stoker.storage.base import Store
 from stoker.storage.cache import DiskCache
 from stoker.storage.cached import cache_reads
 from stoker.storage.open import open_store
-
-#: The Loader reads only the samples it delivers: a ranged read joins adjacent samples, never
-#: a gap. A gap is usually another block, read with its own group; reading it through too
-#: made an epoch read 1.4-1.8x its shards' bytes.
-LOADER_MAX_GAP_BYTES = 0
-
-
-class SourceDataset(Protocol):
-    """What the Loader and its tools use of a dataset a source reads: a packed
-    :class:`~stoker.format.reader.ShardDataset` or an unpacked folder's
-    :class:`~stoker.pipeline.folder.FolderDataset`."""
-
-    @property
-    def url(self) -> str:
-        """Where it is."""
-        ...
-
-    @property
-    def store(self) -> Store:
-        """Its store: counters, I/O engine and disk cache."""
-        ...
-
-    @property
-    def class_names(self) -> list[str]:
-        """Names of the labels, indexed by label."""
-        ...
-
-    def __len__(self) -> int: ...
-
-    def read_many(self, indices: Sequence[int]) -> list[dict[str, Any]]:
-        """Samples by number, in the order given."""
-        ...
-
-
-class Source(Protocol):
-    """The loader's view of what it reads (see the module docstring)."""
-
-    @property
-    def url(self) -> str:
-        """Where the data is, for messages."""
-        ...
-
-    @property
-    def datasets(self) -> Sequence[SourceDataset]:
-        """The datasets read (packed, or an unpacked folder)."""
-        ...
-
-    @property
-    def extra_fields(self) -> tuple[str, ...]:
-        """Names of the arrays each unit carries besides its image (stacked per batch)."""
-        ...
-
-    def epoch_order(self, config: OrderConfig, epoch: int) -> EpochOrder:
-        """The order of one epoch over unit ids."""
-        ...
-
-    def units(self) -> int:
-        """Units in one epoch."""
-        ...
-
-    def unit_bytes(self) -> float:
-        """Mean bytes read per unit."""
-        ...
-
-    def shuffled(self) -> bool:
-        """Whether the units were written in random order (consecutive ones are unrelated)."""
-        ...
-
-    def nbytes(self, ids: Sequence[int]) -> int:
-        """Bytes of these units in their shards."""
-        ...
-
-    async def read_async(self, ids: Sequence[int]) -> list[dict[str, Any]]:
-        """The units, in the order given (ids may repeat)."""
-        ...
-
-
-class DatasetSource:
-    """Samples of one packed dataset, with side-table rows attached.
-
-    Args:
-        dataset: The dataset.
-        side_tables: Arrays with one row per sample, by the name the batch shows them.
-
-    Raises:
-        ValueError: A side table does not have one row per sample.
-    """
-
-    def __init__(
-        self, dataset: ShardDataset, side_tables: Mapping[str, SideTable] | None = None
-    ) -> None:
-        self.dataset = dataset
-        self.side_tables = dict(side_tables or {})
-        for name, table in self.side_tables.items():
-            if len(table) != len(dataset):
-                raise ValueError(
-                    f"side table {name!r} ({table.url}) has {len(table)} rows but "
-                    f"{dataset.url} has {len(dataset)} samples"
-                )
-
-    @property
-    def url(self) -> str:
-        return self.dataset.url
-
-    @property
-    def datasets(self) -> list[ShardDataset]:
-        return [self.dataset]
-
-    @property
-    def extra_fields(self) -> tuple[str, ...]:
-        return tuple(self.side_tables)
-
-    @property
-    def shard_sizes(self) -> list[int]:
-        """Samples in each shard."""
-        return [s.samples for s in self.dataset.shards]
-
-    def epoch_order(self, config: OrderConfig, epoch: int) -> EpochOrder:
-        return epoch_order(self.shard_sizes, config=config, epoch=epoch)
-
-    def units(self) -> int:
-        return len(self.dataset)
-
-    def shuffled(self) -> bool:
-        # `stoker pack` records the seed it shuffled with (None: the input's order kept).
-        return self.dataset.index.packed_with.get("shuffle_seed") is not None
-
-    def unit_bytes(self) -> float:
-        lengths = self.dataset.index.length
-        rows = sum(t.row_bytes for t in self.side_tables.values())
-        return (float(lengths.mean()) if len(lengths) else 1.0) + rows
-
-    def nbytes(self, ids: Sequence[int]) -> int:
-        return int(self.dataset.index.length[np.asarray(ids, dtype=np.int64)].sum())
-
-    def _broken(self, i: int, error: Exception) -> dict[str, Any]:
-        """A stand-in for a sample that failed its checks: decoding it raises ``error``."""
-        return {
-            "key": self.dataset.index.keys[i],
-            "label": int(self.dataset.index.label[i]),
-            "error": error,
-        }
-
-    async def read_async(self, ids: Sequence[int]) -> list[dict[str, Any]]:
-        unique = list(dict.fromkeys(int(i) for i in ids))
-        # A corrupt sample comes back as its error, so the loader can skip just that one.
-        reads: list[Any] = [
-            self.dataset.read_many_async(
-                unique, return_errors=True, max_gap_bytes=LOADER_MAX_GAP_BYTES
-            )
-        ]
-        reads += [table.rows_async(unique) for table in self.side_tables.values()]
-        samples, *rows = await asyncio.gather(*reads)
-        found = {
-            i: sample if isinstance(sample, dict) else self._broken(i, sample)
-            for i, sample in zip(unique, samples, strict=True)
-        }
-        for name, table_rows in zip(self.side_tables, rows, strict=True):
-            for n, i in enumerate(unique):
-                found[i][name] = table_rows[n]
-        return [found[int(i)] for i in ids]
 
 
 class MixedSource:
@@ -236,6 +80,8 @@ class MixedSource:
     ) -> None:
         if mix.sources != len(sources):
             raise ValueError(f"mix is for {mix.sources} sources, but {len(sources)} were given")
+        if len({type(s) for s in sources}) > 1:
+            raise ValueError("a mix's sources must have units of one kind (samples or tokens)")
         self.sources: list[DatasetSource | TokenSource] = list(sources)
         self.mix = mix
         self.block_sizes = list(block_sizes)
@@ -267,6 +113,22 @@ class MixedSource:
         )
         self._last = ((config, epoch), mixed)
         return mixed
+
+    @property
+    def cut_first_batch(self) -> bool:
+        return self.sources[0].cut_first_batch
+
+    one_get_per_unit = False
+
+    def order_defaults(self, order: OrderConfig, *, units: int, unit_bytes: float) -> OrderConfig:
+        return self.sources[0].order_defaults(order, units=units, unit_bytes=unit_bytes)
+
+    def make_batcher(self, settings: BatcherSettings) -> Batcher:
+        return self.sources[0].mix_batcher(self, self.sources, settings)
+
+    def shard_of(self, unit: int) -> str | None:
+        which, local = self._locate([unit])
+        return self.sources[int(which[0])].shard_of(int(local[0]))
 
     def epoch_order(self, config: OrderConfig, epoch: int) -> EpochOrder:
         return self.mixed_order(config, epoch).order
@@ -347,6 +209,19 @@ class WindowSource:
     def extra_fields(self) -> tuple[str, ...]:
         return ("records", *self.source.extra_fields)
 
+    cut_first_batch = False
+    one_get_per_unit = False
+
+    def order_defaults(self, order: OrderConfig, *, units: int, unit_bytes: float) -> OrderConfig:
+        return order
+
+    def make_batcher(self, settings: BatcherSettings) -> Batcher:
+        # A unit is a window of `size` frames.
+        return BatchAssembler.for_source(self, settings, unit_shape=(self.window.size,))
+
+    def shard_of(self, unit: int) -> str | None:
+        return self.source.shard_of(int(self.records([unit])[0][0]))
+
     def epoch_order(self, config: OrderConfig, epoch: int) -> EpochOrder:
         return window_epoch_order(self.source.shard_sizes, self.starts, order=config, epoch=epoch)
 
@@ -397,19 +272,18 @@ def open_source(
     storage_options: Mapping[str, Any] | None,
     cache: CacheConfig | None,
     page_bytes: int,
-    tokens: TokenConfig | None = None,
 ) -> Source:
     """Open what a Loader reads: datasets (through a disk cache), side tables, a mix.
 
     Args:
         source: Dataset URL(s) or opened datasets, or a :class:`SourceConfig` (a mix,
-            windows, side tables); a prebuilt source passes through.
+            windows, side tables, token sequences: with ``tokens`` every dataset must be a
+            token dataset, read as :class:`~stoker.pipeline.tokens.TokenSource`, several
+            mixed by ``mix``; without it a token dataset is refused); a prebuilt source
+            passes through.
         storage_options: See :func:`stoker.open_store`.
         cache: The disk cache (``cache.dir``) shared by every dataset and side table.
         page_bytes: The disk cache's page when ``cache.page_bytes`` leaves it unset.
-        tokens: How to cut token datasets into sequences: given, every dataset must be a
-            token dataset, read as :class:`~stoker.pipeline.tokens.TokenSource` (several
-            mixed by ``mix``); without it, a token dataset is refused.
 
     A single location without a packed dataset's ``index.json`` that holds class folders
     of images (bucket prefix or local directory) is streamed unpacked
@@ -450,6 +324,9 @@ def open_source(
         else open_dataset(item, storage_options=storage_options, cache_dir=node)
         for item in inputs
     ]
+    tokens = config.tokens
+    if tokens is not None:
+        page_bytes = BLOCK_PAGE_BYTES  # sequences are read in runs of blocks, never alone
     disk: DiskCache | None = None
     if cache is not None and cache.dir is not None:
         data_bytes = sum(s.size for d in datasets for s in d.shards)
@@ -479,6 +356,22 @@ def open_source(
             )
         return WindowSource(sources[0], config.window)
     return sources[0]
+
+
+def mixed_order(source: Source, config: OrderConfig, epoch: int) -> MixedOrder:
+    """The mixed epoch of ``source`` (see :class:`MixedOrder`).
+
+    Raises:
+        ValueError: ``source`` is no mix.
+    """
+    if not isinstance(source, MixedSource):
+        raise ValueError("mix_shares() needs a loader over several datasets with mix=")
+    return source.mixed_order(config, epoch)
+
+
+def mix_parts(source: Source) -> list[Source]:
+    """The sources ``source`` mixes, or ``[source]`` for one that mixes none."""
+    return list(source.sources) if isinstance(source, MixedSource) else [source]
 
 
 def _cached(dataset: ShardDataset, disk: DiskCache, page_bytes: int) -> ShardDataset:

@@ -1,10 +1,12 @@
 """TokenBatcher: a batch of token sequences as ``input_ids``, ``labels`` and ``targets``.
 
-The Loader's assembler for token sources (:class:`~stoker.pipeline.tokens.TokenSource`):
-there is nothing to decode, so no pool. Each sequence of ``seq_len + 1`` stream tokens is
-cast once into its row of ``input_ids`` (its first ``seq_len`` tokens) and once into its
-row of ``targets`` (its last ``seq_len``: the next token of each input), and ``labels``
-is a copy of ``input_ids`` (Hugging Face's convention: the model shifts), all three in one
+The :class:`~stoker.pipeline.batcher.Batcher` a token source
+(:class:`~stoker.pipeline.tokens.TokenSource`) makes: there is nothing to decode, so it
+has no workers. :class:`TokenConfig` says how a stream becomes batches. Each sequence of
+``seq_len + 1`` stream tokens is cast once into its row of ``input_ids`` (its first
+``seq_len`` tokens) and once into its row of ``targets`` (its last ``seq_len``: the next
+token of each input), and ``labels`` is a copy of ``input_ids`` (Hugging Face's
+convention: the model shifts), all three in one
 preallocated array of the output dtype, recycled once the consumer lets go of the batch
 (:class:`~stoker.pipeline.batch_arrays.BatchArrays`): a fresh 393 kB per batch of 8 x 2048
 int64 triples cost the kernel a page fault per 4 kB, more than the casts themselves.
@@ -12,15 +14,51 @@ int64 triples cost the kernel a page fault per 4 kB, more than the casts themsel
 
 from __future__ import annotations
 
+import itertools
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from stoker.core.checks import check_bool, check_int
 from stoker.core.metrics import Stage, Stages
 from stoker.pipeline.batch_arrays import BatchArrays
 from stoker.pipeline.pending import PendingBatch
-from stoker.pipeline.tokens import TokenConfig, document_boundaries
+
+#: Output dtypes of ``input_ids``, ``labels`` and ``targets`` a TokenLoader makes.
+OUTPUT_DTYPES = ("int64", "int32", "uint32", "uint16")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TokenConfig:
+    """How a token stream becomes batches.
+
+    Attributes:
+        seq_len: Tokens of ``input_ids`` (and of ``labels`` and ``targets``) per sequence;
+            each sequence reads ``seq_len + 1`` tokens of the stream.
+        documents: Add ``position_ids``, ``doc_lens``, ``cu_seqlens`` and ``max_seqlen``
+            (document boundaries, from the index).
+        dtype: dtype of ``input_ids``, ``labels`` and ``targets`` (``int64`` is what torch
+            embeddings take).
+    """
+
+    seq_len: int
+    documents: bool = False
+    dtype: str = "int64"
+
+    def __post_init__(self) -> None:
+        check_int("seq_len", self.seq_len, minimum=1)
+        check_bool("documents", self.documents)
+        if self.dtype not in OUTPUT_DTYPES:
+            raise ValueError(f"dtype must be one of {OUTPUT_DTYPES}, got {self.dtype!r}")
+
+    @property
+    def span(self) -> int:
+        """Stream tokens per sequence: ``seq_len + 1``."""
+        return self.seq_len + 1
+
 
 #: Batches' arrays the batcher keeps for reuse (the torch adapter holds two batches).
 KEEP_ARRAYS = 4
@@ -28,8 +66,7 @@ KEEP_ARRAYS = 4
 
 class TokenBatcher:
     """Casts a batch's sequences into ``input_ids``, ``labels`` and ``targets``: the
-    Loader's assembler for token sources (it has
-    :class:`~stoker.pipeline.batching.BatchAssembler`'s methods).
+    :class:`~stoker.pipeline.batcher.Batcher` of token sources.
 
     ``labels`` equals ``input_ids``, as a Hugging Face causal LM takes them (the model
     shifts: position ``j``'s logits are scored against ``labels[:, j + 1]``); ``targets``
@@ -57,14 +94,10 @@ class TokenBatcher:
         self.arrays = BatchArrays(keep=KEEP_ARRAYS)
         self._flat = np.zeros(0, dtype=np.int64)
 
-    def start_workers(self, *, batch_size: int, depth: int) -> None:
-        """Nothing to start: batches are assembled in the loader's thread."""
-
-    def resize(self, threads: int) -> None:
-        """No decode threads to resize."""
-
-    def close(self) -> None:
-        """Nothing to stop."""
+    @property
+    def workers(self) -> None:
+        """None: batches are assembled in the loader's thread (casting takes microseconds)."""
+        return None
 
     def start(self, ids: np.ndarray, raw: list[dict[str, Any]], epoch: int) -> PendingBatch:
         """Keep a batch's sequences until :meth:`finish` (casting them takes microseconds)."""
@@ -129,3 +162,61 @@ class TokenBatcher:
             seq_len=seq_len,
             flat=self._flat,
         )
+
+
+def document_boundaries(
+    starts: np.ndarray,
+    sources: np.ndarray,
+    doc_starts: Sequence[np.ndarray],
+    *,
+    seq_len: int,
+    flat: np.ndarray | None = None,
+) -> dict[str, Any]:
+    """Document boundaries of a batch of sequences' inputs, from the documents' starts.
+
+    Each row's inputs (stream tokens ``[start, start + seq_len)``) are cut into pieces:
+    the documents inside it, the first and last possibly cut by the row's ends.
+
+    Args:
+        starts: Stream position of each row's first token.
+        sources: Each row's stream, an index into ``doc_starts``.
+        doc_starts: Each stream's document starts (plus its total at the end).
+        seq_len: Tokens per row.
+        flat: ``arange(len(starts) * seq_len)``, if the caller keeps one.
+
+    Returns:
+        ``position_ids`` ``(N, seq_len)`` int64, counting from 0 at the start of each piece
+        (a row that starts inside a document counts from 0 there too, so 0 marks every
+        boundary, as packed-sequence attention expects); ``doc_lens``, a list of each row's
+        piece lengths (int32); ``cu_seqlens`` (int32), the pieces' offsets in the flattened
+        batch, from 0 to ``N * seq_len`` (FlashAttention's varlen form); ``max_seqlen``, the
+        longest piece.
+    """
+    rows = len(starts)
+    size = rows * seq_len
+    cuts = [np.arange(0, size, seq_len, dtype=np.int64)]  # every row starts a piece
+    streams = [0] if len(doc_starts) == 1 else np.unique(sources).tolist()
+    for k in streams:
+        mine = np.flatnonzero(sources == k) if len(doc_starts) > 1 else np.arange(rows)
+        docs = doc_starts[k]
+        # Documents starting strictly inside each row: docs[lo:hi].
+        lo = np.searchsorted(docs, starts[mine], side="right")
+        hi = np.searchsorted(docs, starts[mine] + seq_len, side="left")
+        counts = hi - lo
+        if not counts.sum():
+            continue
+        row = np.repeat(mine, counts)
+        within = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+        cuts.append(docs[np.repeat(lo, counts) + within] - starts[row] + row * seq_len)
+    first = np.sort(np.concatenate(cuts))
+    lengths = np.diff(np.append(first, size))
+    flat = np.arange(size, dtype=np.int64) if flat is None else flat
+    position_ids = (flat - np.repeat(first, lengths)).reshape(rows, seq_len)
+    bounds = [0, *np.searchsorted(first, np.arange(1, rows) * seq_len).tolist(), len(first)]
+    pieces = lengths.astype(np.int32)
+    return {
+        "position_ids": position_ids,
+        "doc_lens": [pieces[a:b] for a, b in itertools.pairwise(bounds)],
+        "cu_seqlens": np.append(first, size).astype(np.int32),
+        "max_seqlen": int(lengths.max()) if len(lengths) else 0,
+    }

@@ -2,27 +2,30 @@
 
 A :class:`~stoker.Loader` over a :class:`~stoker.pipeline.tokens.TokenSource`: the order,
 its partition over ranks and workers, prefetch, the disk cache, ``state_dict`` and
-``load_state_dict`` are the Loader's; only the source (sequences of ``seq_len + 1`` tokens)
-and the batches (:class:`~stoker.pipeline.token_batcher.TokenBatcher`) are the token
-stream's, and each epoch's first batch is read on its own, ahead of its read groups
-(:func:`~stoker.pipeline.tokens.first_batch_apart`). See docs/tokens.md.
+``load_state_dict`` are the Loader's. What is the token stream's is its source's, which
+the Loader asks: sequences of ``seq_len + 1`` tokens, their batcher
+(:class:`~stoker.pipeline.token_batcher.TokenBatcher`), their order's block sizes, and an
+epoch's first batch read on its own, ahead of its read groups. TokenLoader only passes
+the sequences' settings on and names what an epoch leaves out. See docs/tokens.md.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+import os
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Literal
 
 from stoker.core.checks import check_bool
+from stoker.format.reader import ShardDataset
 from stoker.pipeline.autotune import AutotuneConfig
-from stoker.pipeline.config import BLOCK_PAGE_BYTES, CacheConfig, config_or_default
+from stoker.pipeline.config import CacheConfig, SourceConfig
 from stoker.pipeline.loader import Loader
-from stoker.pipeline.order import OrderConfig, Segment, share_length
-from stoker.pipeline.plan import EpochPlan
-from stoker.pipeline.sources import MixedSource, SourceLike, open_source
-from stoker.pipeline.tokens import TokenConfig, TokenSource, first_batch_apart, token_order
+from stoker.pipeline.order import OrderConfig, share_length
+from stoker.pipeline.sources import SourceLike, mix_parts
+from stoker.pipeline.token_batcher import TokenConfig
+from stoker.pipeline.tokens import stream_tokens, token_parts
 from stoker.pipeline.world import World
 
 logger = logging.getLogger(__name__)
@@ -104,19 +107,8 @@ class TokenLoader(Loader):
         storage_options: Mapping[str, Any] | None = None,
     ) -> None:
         self.tokens_config = TokenConfig(seq_len=seq_len, documents=documents, dtype=dtype)
-        cache = config_or_default("cache", cache, CacheConfig)
-        opened = open_source(
-            source,
-            storage_options=storage_options,
-            cache=cache,
-            page_bytes=BLOCK_PAGE_BYTES,
-            tokens=self.tokens_config,
-        )
-        if not isinstance(opened, TokenSource | MixedSource):
-            raise TypeError(f"{opened.url}: a TokenLoader reads token datasets only")
-        order = token_order(order, units=opened.units(), unit_bytes=opened.unit_bytes())
         super().__init__(
-            opened,
+            _with_tokens(source, self.tokens_config),
             batch_size=batch_size,
             seed=seed,
             drop_last=True if check_bool("drop_last", drop_last) else "ranks",
@@ -124,50 +116,13 @@ class TokenLoader(Loader):
             world=world,
             prefetch=prefetch,
             autotune=autotune,
-            cache=replace(cache, dir=None),  # the source above reads through it
+            cache=cache,
             storage_options=storage_options,
         )
+        if token_parts(mix_parts(self.source)) is None:  # a prebuilt source of samples
+            raise TypeError(f"{self.source.url}: a TokenLoader reads token datasets only")
         if self.world.rank == 0 and self.world.worker == 0:
-            self._log_epoch()
-
-    def _log_epoch(self) -> None:
-        each = self.epoch_sequences // self.world.world_size
-        if not each:
-            logger.warning(
-                "%s: %d sequences of %d tokens over %d ranks give no rank a full batch of "
-                "%d: an epoch delivers nothing; use a smaller batch_size or seq_len%s",
-                self.source.url,
-                self.source.units(),
-                self.tokens_config.span,
-                self.world.world_size,
-                self.batch_size,
-                ", or drop_last=False for a short batch" if self.drop_last is True else "",
-            )
-        short = each % self.batch_size
-        logger.info(
-            "%s: %d sequences of %d tokens an epoch, %d batches of %d per rank%s; %d "
-            "sequences and %d tokens (%.3g %%) left out (the stream's tail, evening out "
-            "%d ranks%s)",
-            self.source.url,
-            self.source.units(),
-            self.tokens_config.span,
-            -(-each // self.batch_size),
-            self.batch_size,
-            f", the last one of {short}" if short else "",
-            self.dropped_sequences,
-            self.dropped_tokens,
-            100 * self.dropped_tokens / max(self.stream_tokens, 1),
-            self.world.world_size,
-            ", and each rank's last, incomplete batch (drop_last=False delivers it)"
-            if self.drop_last is True
-            else "",
-        )
-
-    def _plan(
-        self, epoch: int, position: int = 0, segments: list[Segment] | None = None
-    ) -> EpochPlan:
-        # The first batch is read on its own, ahead of the rest of its read groups.
-        return first_batch_apart(super()._plan(epoch, position, segments))
+            log_epoch(self)
 
     @property
     def seq_len(self) -> int:
@@ -178,9 +133,7 @@ class TokenLoader(Loader):
     def stream_tokens(self) -> int:
         """Tokens an epoch could deliver: the whole stream, or in a mix each source's
         sequences in the epoch."""
-        if isinstance(self.source, TokenSource):
-            return self.source.tokens
-        return self.source.units() * self.tokens_config.span
+        return stream_tokens(self.source, self.source.units(), self.tokens_config.span)
 
     @property
     def epoch_sequences(self) -> int:
@@ -207,3 +160,47 @@ class TokenLoader(Loader):
         """Tokens of :attr:`stream_tokens` no rank delivers in a full epoch: the stream's
         tail after the last whole sequence and :attr:`dropped_sequences`."""
         return self.stream_tokens - self.epoch_tokens
+
+
+def _with_tokens(source: SourceLike, tokens: TokenConfig) -> SourceLike:
+    """``source`` read as token sequences (a prebuilt source as it is)."""
+    if isinstance(source, SourceConfig):
+        return replace(source, tokens=tokens)
+    if isinstance(source, str | os.PathLike | ShardDataset | Sequence):
+        return SourceConfig(source, tokens=tokens)
+    return source
+
+
+def log_epoch(loader: TokenLoader) -> None:
+    """Log once what an epoch of ``loader`` delivers per rank and what it leaves out (a
+    warning where no rank gets a batch)."""
+    each = loader.epoch_sequences // loader.world.world_size
+    full = loader.drop_last is True
+    if not each:
+        logger.warning(
+            "%s: %d sequences of %d tokens over %d ranks give no rank a full batch of "
+            "%d: an epoch delivers nothing; use a smaller batch_size or seq_len%s",
+            loader.source.url,
+            loader.source.units(),
+            loader.tokens_config.span,
+            loader.world.world_size,
+            loader.batch_size,
+            ", or drop_last=False for a short batch" if full else "",
+        )
+    short = each % loader.batch_size
+    logger.info(
+        "%s: %d sequences of %d tokens an epoch, %d batches of %d per rank%s; %d "
+        "sequences and %d tokens (%.3g %%) left out (the stream's tail, evening out "
+        "%d ranks%s)",
+        loader.source.url,
+        loader.source.units(),
+        loader.tokens_config.span,
+        -(-each // loader.batch_size),
+        loader.batch_size,
+        f", the last one of {short}" if short else "",
+        loader.dropped_sequences,
+        loader.dropped_tokens,
+        100 * loader.dropped_tokens / max(loader.stream_tokens, 1),
+        loader.world.world_size,
+        ", and each rank's last, incomplete batch (drop_last=False delivers it)" if full else "",
+    )

@@ -11,25 +11,27 @@ next token of each input). The tokens after the last whole sequence (fewer than
 :func:`~stoker.pipeline.order.epoch_order` over one virtual shard of ``N`` sequences, so a
 block is a run of consecutive sequences, one ranged read of about
 :data:`~stoker.pipeline.plan.BLOCK_TARGET_BYTES`, and partition and resume are the
-Loader's (a few integers). :class:`~stoker.pipeline.token_batcher.TokenBatcher` casts a
-batch's sequences into its arrays and, on request, adds document boundaries
-(:func:`document_boundaries`), computed from the index, never by scanning for an
-end-of-text id.
+Loader's (a few integers). The source makes its batcher,
+:class:`~stoker.pipeline.token_batcher.TokenBatcher`, which casts a batch's sequences
+into its arrays and, on request, adds document boundaries
+(:func:`~stoker.pipeline.token_batcher.document_boundaries`), computed from the index,
+never by scanning for an end-of-text id. Its order sizes blocks and read groups by bytes
+of sequences (:func:`token_order`), and an epoch's first batch is fetched apart
+(:func:`first_batch_apart`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from stoker.core.checks import check_bool, check_int
 from stoker.format.reader import ShardDataset
 from stoker.format.token_reader import TokenReader
+from stoker.pipeline.batcher import Batcher, BatcherSettings
 from stoker.pipeline.order import DEFAULT_GROUP_BLOCKS, EpochOrder, OrderConfig, epoch_order
 from stoker.pipeline.plan import (
     BLOCK_TARGET_BYTES,
@@ -38,38 +40,7 @@ from stoker.pipeline.plan import (
     EpochPlan,
     chunks_covering,
 )
-
-#: Output dtypes of ``input_ids``, ``labels`` and ``targets`` a TokenLoader makes.
-OUTPUT_DTYPES = ("int64", "int32", "uint32", "uint16")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TokenConfig:
-    """How a token stream becomes batches.
-
-    Attributes:
-        seq_len: Tokens of ``input_ids`` (and of ``labels`` and ``targets``) per sequence;
-            each sequence reads ``seq_len + 1`` tokens of the stream.
-        documents: Add ``position_ids``, ``doc_lens``, ``cu_seqlens`` and ``max_seqlen``
-            (document boundaries, from the index).
-        dtype: dtype of ``input_ids``, ``labels`` and ``targets`` (``int64`` is what torch
-            embeddings take).
-    """
-
-    seq_len: int
-    documents: bool = False
-    dtype: str = "int64"
-
-    def __post_init__(self) -> None:
-        check_int("seq_len", self.seq_len, minimum=1)
-        check_bool("documents", self.documents)
-        if self.dtype not in OUTPUT_DTYPES:
-            raise ValueError(f"dtype must be one of {OUTPUT_DTYPES}, got {self.dtype!r}")
-
-    @property
-    def span(self) -> int:
-        """Stream tokens per sequence: ``seq_len + 1``."""
-        return self.seq_len + 1
+from stoker.pipeline.token_batcher import TokenBatcher, TokenConfig
 
 
 class TokenSource:
@@ -136,6 +107,39 @@ class TokenSource:
         """Stream position of each document's first token, and the total at the end."""
         return self.reader.doc_starts
 
+    cut_first_batch = True  # 32 kB of sequences need not wait for a 16 MB read group
+    one_get_per_unit = False
+
+    def order_defaults(self, order: OrderConfig, *, units: int, unit_bytes: float) -> OrderConfig:
+        return token_order(order, units=units, unit_bytes=unit_bytes)
+
+    def make_batcher(self, settings: BatcherSettings) -> Batcher:
+        return self.mix_batcher(None, [self], settings)
+
+    def mix_batcher(
+        self, mix: object, parts: Sequence[object], settings: BatcherSettings
+    ) -> Batcher:
+        """The batcher of the sequences of ``parts`` (this source, or a mix's sources:
+        ``mix``, None for this one alone).
+
+        Raises:
+            ValueError: A transform, or a part that is no token source.
+        """
+        if settings.transform is not None:
+            raise ValueError(f"{self.url}: token sequences take no transform")
+        tokens = token_parts(parts)
+        if tokens is None:
+            raise ValueError(f"{self.url}: a mix of token sequences and samples")
+        return TokenBatcher(
+            self.config,
+            doc_starts=[s.doc_starts for s in tokens] if self.config.documents else [],
+            mixed=mix is not None,
+            stages=settings.stages,
+        )
+
+    def shard_of(self, unit: int) -> str | None:
+        return None  # a sequence may span shards
+
     def epoch_order(self, config: OrderConfig, epoch: int) -> EpochOrder:
         return epoch_order(self.shard_sizes, config=config, epoch=epoch)
 
@@ -195,6 +199,18 @@ def token_sources(
     return [TokenSource(d, config) for d in datasets]
 
 
+def token_parts(parts: Sequence[object]) -> list[TokenSource] | None:
+    """``parts`` as token sources; None unless every one is."""
+    found = [p for p in parts if isinstance(p, TokenSource)]
+    return found if len(found) == len(parts) else None
+
+
+def stream_tokens(source: object, units: int, span: int) -> int:
+    """Tokens an epoch of ``source`` could deliver: a token source's whole stream, or in a
+    mix its ``units`` sequences of ``span`` tokens."""
+    return source.tokens if isinstance(source, TokenSource) else units * span
+
+
 def token_block_size(unit_bytes: float) -> int:
     """Sequences per block: one ranged read of about :data:`BLOCK_TARGET_BYTES` (no cap on
     the count, unlike samples: sequences are small and always read together)."""
@@ -237,61 +253,3 @@ def first_batch_apart(plan: EpochPlan) -> EpochPlan:
     own = np.concatenate([chunk[np.isin(chunk, first)] for chunk in head])
     chunks = [own, *(chunk for chunk in rest if len(chunk)), *plan.chunks[need:]]
     return replace(plan, chunks=chunks)
-
-
-def document_boundaries(
-    starts: np.ndarray,
-    sources: np.ndarray,
-    doc_starts: Sequence[np.ndarray],
-    *,
-    seq_len: int,
-    flat: np.ndarray | None = None,
-) -> dict[str, Any]:
-    """Document boundaries of a batch of sequences' inputs, from the documents' starts.
-
-    Each row's inputs (stream tokens ``[start, start + seq_len)``) are cut into pieces:
-    the documents inside it, the first and last possibly cut by the row's ends.
-
-    Args:
-        starts: Stream position of each row's first token.
-        sources: Each row's stream, an index into ``doc_starts``.
-        doc_starts: Each stream's document starts (plus its total at the end).
-        seq_len: Tokens per row.
-        flat: ``arange(len(starts) * seq_len)``, if the caller keeps one.
-
-    Returns:
-        ``position_ids`` ``(N, seq_len)`` int64, counting from 0 at the start of each piece
-        (a row that starts inside a document counts from 0 there too, so 0 marks every
-        boundary, as packed-sequence attention expects); ``doc_lens``, a list of each row's
-        piece lengths (int32); ``cu_seqlens`` (int32), the pieces' offsets in the flattened
-        batch, from 0 to ``N * seq_len`` (FlashAttention's varlen form); ``max_seqlen``, the
-        longest piece.
-    """
-    rows = len(starts)
-    size = rows * seq_len
-    cuts = [np.arange(0, size, seq_len, dtype=np.int64)]  # every row starts a piece
-    streams = [0] if len(doc_starts) == 1 else np.unique(sources).tolist()
-    for k in streams:
-        mine = np.flatnonzero(sources == k) if len(doc_starts) > 1 else np.arange(rows)
-        docs = doc_starts[k]
-        # Documents starting strictly inside each row: docs[lo:hi].
-        lo = np.searchsorted(docs, starts[mine], side="right")
-        hi = np.searchsorted(docs, starts[mine] + seq_len, side="left")
-        counts = hi - lo
-        if not counts.sum():
-            continue
-        row = np.repeat(mine, counts)
-        within = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
-        cuts.append(docs[np.repeat(lo, counts) + within] - starts[row] + row * seq_len)
-    first = np.sort(np.concatenate(cuts))
-    lengths = np.diff(np.append(first, size))
-    flat = np.arange(size, dtype=np.int64) if flat is None else flat
-    position_ids = (flat - np.repeat(first, lengths)).reshape(rows, seq_len)
-    bounds = [0, *np.searchsorted(first, np.arange(1, rows) * seq_len).tolist(), len(first)]
-    pieces = lengths.astype(np.int32)
-    return {
-        "position_ids": position_ids,
-        "doc_lens": [pieces[a:b] for a, b in itertools.pairwise(bounds)],
-        "cu_seqlens": np.append(first, size).astype(np.int32),
-        "max_seqlen": int(lengths.max()) if len(lengths) else 0,
-    }

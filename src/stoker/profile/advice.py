@@ -20,7 +20,7 @@ from PIL import Image
 from stoker.core.metrics import Stage, StageTotals
 from stoker.core.units import format_bytes
 from stoker.format.foreign.locations import is_remote
-from stoker.pipeline.folder import PACKED_SPEEDUP, FolderSource, pack_command
+from stoker.pipeline.folder import PACKED_SPEEDUP, pack_command
 from stoker.pipeline.loader import Loader
 from stoker.pipeline.transforms import PlannedTransform
 from stoker.profile.diagnosis import PHASE_NAMES
@@ -207,7 +207,7 @@ def _decode_advice(d: Diagnosis, loader: Loader, advice_for: AdviceFor) -> list[
 def _folder_advice(d: Diagnosis, loader: Loader) -> list[str]:
     """The first advice when reads bound an unpacked folder: say so, and how to pack it."""
     source = loader.source
-    if not isinstance(source, FolderSource):
+    if not source.one_get_per_unit:
         return []
     gets = d.requests.get("requests.get", 0)
     size = d.requests.get("bytes.read", 0) / max(gets, 1)
@@ -261,7 +261,7 @@ def _store_advice(d: Diagnosis, loader: Loader, advice_for: AdviceFor) -> list[s
         )
         + chosen,
     ]
-    folder = isinstance(loader.source, FolderSource)  # one GET per image: _folder_advice
+    folder = loader.source.one_get_per_unit  # one GET per image: _folder_advice
     if not folder and per_fetch < 4_000_000:
         bigger = max(loader.order_config.blocks * 4, 1)
         setting = _pick(
