@@ -39,6 +39,7 @@ if TYPE_CHECKING:  # what mypy and IDEs see; at run time __getattr__ imports on 
     from stoker.pipeline.mixing import MixConfig
     from stoker.pipeline.order import OrderConfig
     from stoker.pipeline.stats import LoaderStats
+    from stoker.pipeline.token_batcher import TokenConfig
     from stoker.pipeline.token_loader import TokenLoader
     from stoker.pipeline.windows import WindowConfig
     from stoker.pipeline.world import World
@@ -87,6 +88,7 @@ _EXPORTS: dict[str, str] = {
     "StorageError": "stoker.errors",
     "StorageOptions": "stoker.storage",
     "Store": "stoker.storage",
+    "TokenConfig": "stoker.pipeline.token_batcher",
     "TokenLoader": "stoker.pipeline.token_loader",
     "TokenPackConfig": "stoker.pack.tokens",
     "TokenPackReport": "stoker.pack.tokens",
@@ -136,6 +138,7 @@ __all__ = [
     "StorageError",
     "StorageOptions",
     "Store",
+    "TokenConfig",
     "TokenLoader",
     "TokenPackConfig",
     "TokenPackReport",
