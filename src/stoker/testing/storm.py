@@ -5,8 +5,8 @@ imported stoker, they are let go at once (as ranks leave a barrier) and each ope
 dataset and takes its first batch, through a
 `~stoker.testing.netproxy.NetProxy` that admits ``requests_per_s`` per prefix and answers
 ``503 SlowDown`` beyond. The proxy records every request, so what the start cost is counted
-at the server's side: the requests for the dataset's data (its shards) and the rest (the
-index, HEADs, listings), throttled ones included.
+at the server's side: the requests for the data (shards, or a folder's images) and the rest
+(the index, HEADs, listings), throttled ones included.
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ from stoker.testing.netproxy import LinkConfig, NetProxy, RateLimitConfig
 from stoker.testing.seaweed import SeaweedServer
 
 __all__ = ["StormRun", "run_startup_storm"]
+
+_INDEX = (MANIFEST_NAME, ARRAYS_NAME)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -66,13 +68,23 @@ class StormRun:
 
     @property
     def data_requests(self) -> int:
-        """Requests for the dataset's shards (throttled ones included)."""
-        return sum(_is_data(target) for _, target, _ in self.seen)
+        """GETs of the data (shards, or a folder's images; throttled ones included)."""
+        return sum(m == "GET" and _is_data(t) for m, t, _ in self.seen)
+
+    @property
+    def data_heads(self) -> int:
+        """HEADs of the data (the reader checks each shard's size with one before reading
+        it; throttled ones included)."""
+        return sum(m == "HEAD" and _is_data(t) for m, t, _ in self.seen)
 
     @property
     def other_requests(self) -> int:
-        """Every other request: the index, HEADs, listings (throttled ones included)."""
-        return len(self.seen) - self.data_requests
+        """Every request not for the data: the index, listings (throttled ones included)."""
+        return len(self.seen) - self.data_requests - self.data_heads
+
+    def lists(self, *, answer: str | None = None) -> int:
+        """LIST requests (ListObjectsV2; with ``answer``, only those answered so)."""
+        return sum("list-type=" in target and answer in (None, a) for _, target, a in self.seen)
 
     @property
     def throttled(self) -> int:
@@ -96,9 +108,12 @@ class StormRun:
             "data_requests": self.data_requests,
             "other_requests": self.other_requests,
             "other_per_process": round(self.other_requests / self.processes, 3),
+            "data_heads": self.data_heads,
+            "data_heads_per_process": round(self.data_heads / self.processes, 3),
             "index_json_gets": self.count("GET", MANIFEST_NAME, answer="forwarded"),
             "index_bin_gets": self.count("GET", ARRAYS_NAME, answer="forwarded"),
             "index_heads": self.count("HEAD", MANIFEST_NAME),
+            "lists": self.lists(),
             "max_first_batch_s": round(self.max_first_batch_s, 3),
             "max_imported_s": round(max(r.get("imported_s", 0.0) for r in self.reports), 3),
             "exit_codes": self.exit_codes,
@@ -106,8 +121,8 @@ class StormRun:
 
 
 def _is_data(target: str) -> bool:
-    name = target.split("?")[0].rsplit("/", 1)[-1]
-    return name.startswith("shard-")
+    path, _, query = target.partition("?")
+    return "list-type=" not in query and path.rsplit("/", 1)[-1] not in _INDEX
 
 
 def _let_go(
