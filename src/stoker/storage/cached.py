@@ -8,7 +8,8 @@ A read of parts (:meth:`CachedStore.get_parts_async`, what a dataset's reader as
 samples of one coalesced request) reads only those parts' bytes from cached pages, so
 loader workers that share pages each read only their own samples. A page missed by several
 processes of the node at once is fetched by one of them, which claims it in the cache's
-directory; the others wait for it there.
+directory; the others wait for it there. :meth:`CachedStore.get_whole` reads a whole object
+so (a dataset's index, once per node: :func:`~stoker.format.index.read_index`).
 """
 
 from __future__ import annotations

@@ -8,8 +8,9 @@ connections) are retried until the policy's attempts or time run out.
 Throttling (503 SlowDown, 429) backs off from a longer base delay than other errors, and never
 for less than half of its backoff. A ``Retry-After`` the server gave is honoured up to
 ``max_retry_after_s`` when the error carries it, as an exception attribute ``retry_after_s``
-or as ``Retry-After: N`` in its message; obstore's errors carry neither (it does not expose
-the response headers of a failed request), so against S3 the throttle backoff applies.
+or as ``Retry-After: N`` in its message (the raw listing's errors do,
+:mod:`stoker.storage.rawlist`); obstore's errors carry neither (it does not expose the
+response headers of a failed request), so for its requests the throttle backoff applies.
 """
 
 from __future__ import annotations
