@@ -43,6 +43,7 @@ from stoker.storage.cache_pages import (
     page_runs,
     split_pages,
 )
+from stoker.storage.sized import SizeChangedError, get_range_sized
 from stoker.storage.wrapper import StoreWrapper
 
 logger = logging.getLogger(__name__)
@@ -168,6 +169,24 @@ class CachedStore(StoreWrapper, BlockingForms):
             else:
                 out.append(memoryview(b"".join(got[page].take(a, b) for page, a, b in pieces)))
         return out
+
+    async def get_parts_sized_async(
+        self, path: str, *, start: int, end: int, parts: Sequence[tuple[int, int]]
+    ) -> tuple[builtins.list[memoryview], int | None]:
+        """:meth:`get_parts_async` and the object's size, where the wrapped store reports
+        the size of what it reads (:func:`~stoker.storage.sized.get_parts_sized`): every
+        page fetched is then checked against the size the caller gave (or a HEAD found)
+        and refused with :class:`~stoker.storage.sized.SizeChangedError` before it is
+        cached, so a page in the cache came from an object of that size.
+
+        Raises:
+            SizeChangedError: A page fetched for this read came from an object of another
+                size.
+        """
+        got = await self.get_parts_async(path, start=start, end=end, parts=parts)
+        if not parts or getattr(self.inner, "get_parts_sized_async", None) is None:
+            return got, None
+        return got, (await self._version(path))[1]
 
     async def _read_pages(
         self, path: str, version: str, size: int, wanted: dict[int, Spans | None]
@@ -338,7 +357,13 @@ class CachedStore(StoreWrapper, BlockingForms):
         got: dict[int, PageBytes] = {}
 
         async def fetch_run(run_start: int, run_end: int, run: list[int]) -> None:
-            data = await self.inner.get_range_async(path, start=run_start, end=run_end)
+            data, found = await get_range_sized(self.inner, path, start=run_start, end=run_end)
+            if found is not None and found != size:
+                # Not the object its version names (a shard replaced, truncated or from
+                # another dataset): none of it goes into the cache, and the reader says so.
+                if (self._known(path) or ("",))[0].startswith("etag:"):
+                    self._forget(path)  # changed since its HEAD: the next read HEADs again
+                raise SizeChangedError(f"{self.url}/{path}", path, expected=size, actual=found)
             fetched = split_pages(data, run, run_start, self.page_bytes)
             await asyncio.to_thread(self._put_all, keys, fetched)
             for page, payload in fetched.items():

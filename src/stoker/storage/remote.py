@@ -31,7 +31,14 @@ from stoker.errors import (
     RetriesExhaustedError,
     StorageError,
 )
-from stoker.storage.base import Listing, ObjectMeta, PutData, check_range, check_ranges
+from stoker.storage.base import (
+    Listing,
+    ObjectMeta,
+    PutData,
+    check_parts,
+    check_range,
+    check_ranges,
+)
 from stoker.storage.blocking import BlockingForms
 from stoker.storage.cache import DiskCache
 from stoker.storage.engine import IOEngine, default_engine
@@ -344,14 +351,29 @@ class ObstoreStore(BlockingForms):
 
     async def get_range_async(self, path: str, *, start: int, end: int) -> memoryview:
         check_range(path, start, end)
+        data, _ = await self._get_checked_range(path, start, end)
+        return data
+
+    async def get_parts_sized_async(
+        self, path: str, *, start: int, end: int, parts: Sequence[tuple[int, int]]
+    ) -> tuple[builtins.list[memoryview], int | None]:
+        """:meth:`get_parts_async`'s parts and the object's whole size, both from the one
+        ranged GET (its ``Content-Range``), so a reader checks the size with no HEAD
+        (:func:`~stoker.storage.sized.get_parts_sized`)."""
+        check_parts(path, start, end, parts)
+        if not parts:
+            return [], None
+        data, size = await self._get_checked_range(path, start, end)
+        return [data[s - start : e - start] for s, e in parts], size
+
+    async def _get_checked_range(self, path: str, start: int, end: int) -> tuple[memoryview, int]:
         try:
-            data, _ = await self._get_ranged(path, start, end)
+            return await self._get_ranged(path, start, end)
         except _RangeBeyondEnd as exc:
             size = f"{exc.size} bytes" if exc.size is not None else "it is shorter"
             raise ValueError(
                 f"{self._url.child(path)}: range [{start}, {end}) ends past the object ({size})"
             ) from None
-        return data
 
     async def get_ranges_async(
         self, path: str, *, starts: Sequence[int], ends: Sequence[int]
