@@ -26,7 +26,8 @@ def test_sixteen_ranks_opening_one_dataset_fetch_its_index_once_per_node(
     sharing a disk cache: every one takes its first batch, index.json and index.bin are
     each fetched once for the node (the others read them from the cache), and the requests
     besides the data (the index's; the shards' GETs and size HEADs left out) are at most
-    two per process, throttled ones included."""
+    two per process, throttled ones included; no shard is sent a HEAD (its size comes
+    with its first ranged GET)."""
     write_image_folder(tmp_path / "src", files=256, classes=4, width=16, height=16)
     url = f"{s3_bucket.url}/ds"
     pack(
@@ -50,6 +51,7 @@ def test_sixteen_ranks_opening_one_dataset_fetch_its_index_once_per_node(
     assert summary["index_json_gets"] == 1, summary
     assert summary["index_bin_gets"] == 1, summary
     assert run.other_requests <= 2 * PROCESSES, summary
+    assert run.data_heads == 0, summary  # the shards' sizes come with their GETs
 
 
 @pytest.mark.slow

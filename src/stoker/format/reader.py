@@ -18,6 +18,7 @@ from stoker.format.verify import VerifyReport, verify_shards
 from stoker.storage.base import Store
 from stoker.storage.cached import index_cache
 from stoker.storage.open import open_store
+from stoker.storage.sized import SizeChangedError, get_parts_sized
 
 #: Samples closer than this in one shard are fetched by one request (the gap is read too).
 DEFAULT_MAX_GAP_BYTES = 1 << 20
@@ -55,8 +56,12 @@ class ShardDataset:
     checked against its CRC-32 in the index, so corrupted bytes raise
     :class:`~stoker.errors.CorruptShardError` naming the shard and sample instead of
     reaching the caller. The first read of each shard also checks the shard's size against
-    the index (one HEAD request, concurrent with the read), so a truncated or replaced
-    shard, or an index copied from another dataset, is refused as a whole. :meth:`verify`
+    the index, so a truncated or replaced shard, or an index copied from another dataset,
+    is refused as a whole: the size comes with the read (a ranged GET's answer gives the
+    whole object's size; a disk cache checks each page it fetches so,
+    :func:`~stoker.storage.sized.get_parts_sized`), or, from a store that cannot give it,
+    from one HEAD. A read served whole from a disk cache is not checked again: its pages
+    are versioned by the shard's SHA-256 and were checked when fetched. :meth:`verify`
     checks whole shards against their SHA-256.
 
     Args:
@@ -134,15 +139,51 @@ class ShardDataset:
         )
         raise self._size_error(number)
 
-    def _check_size(self, number: int) -> None:
+    async def read_parts_async(
+        self, number: int, *, start: int, end: int, parts: Sequence[tuple[int, int]]
+    ) -> list[memoryview]:
+        """``parts`` of ``[start, end)`` of shard ``number`` (one ranged read, see
+        :meth:`~stoker.storage.base.Store.get_parts_async`), the shard's size checked
+        against the index on its first read: from the read's answer where the store gives
+        it, else by :meth:`check_size_async` (one HEAD). A read of a shard not yet checked
+        that ends past the object (``ValueError``) is explained by a HEAD: a shard shorter
+        than the index says raises that.
+
+        Raises:
+            CorruptShardError: The shard's size differs from the index's.
+        """
         if number in self._bad_sizes:
             raise self._size_error(number)
-        if number not in self._sizes_checked:
-            self._record_size(number, self._store.head(self._index.shards[number].name).size)
+        name = self._index.shards[number].name
+        try:
+            got, size = await get_parts_sized(self._store, name, start=start, end=end, parts=parts)
+        except SizeChangedError as exc:
+            self._record_size(number, exc.actual)  # raises, unless the index agrees
+            raise
+        except ValueError as exc:
+            # A range past the object's end: a shorter shard than the index's, most likely.
+            if number not in self._sizes_checked and not isinstance(exc, ShardFormatError):
+                await self._explain(number)
+            raise
+        if size is None:
+            await self.check_size_async(number)
+        else:
+            self._record_size(number, size)
+        return got
+
+    async def _explain(self, number: int) -> None:
+        """Raise the size error of shard ``number`` if a HEAD finds one (a truncated shard
+        fails its reads); any other problem the failed read's own error says better."""
+        try:
+            await self.check_size_async(number)
+        except CorruptShardError:
+            raise
+        except Exception:  # the caller re-raises the read's own error
+            return
 
     async def check_size_async(self, number: int) -> None:
-        """Check shard ``number``'s size against the index once (one HEAD, shared by the
-        reads that start before it answers).
+        """Check shard ``number``'s size against the index once, by one HEAD (shared by the
+        reads that start before it answers); a no-op once a read found it right.
 
         Raises:
             CorruptShardError: Its size differs from the index's.
@@ -191,10 +232,9 @@ class ShardDataset:
         i = self._check_index(i)
         start = int(self._index.offset[i])
         number = int(self._index.shard[i])
-        self._check_size(number)
-        shard = self._index.shards[number].name
-        span = self._store.get_range(shard, start=start, end=start + int(self._index.length[i]))
-        return self._decode(i, span)
+        end = start + int(self._index.length[i])
+        read = self.read_parts_async(number, start=start, end=end, parts=[(start, end)])
+        return self._decode(i, self._store.engine.run(read)[0])
 
     @overload
     def read_many(
@@ -299,15 +339,14 @@ class ShardDataset:
             max_gap_bytes=max_gap_bytes,
             max_run_bytes=max_run_bytes,
         )
-        unchecked = sorted({run.shard for run in runs} - self._sizes_checked)
 
         async def fetch(run: Run) -> dict[int, dict[str, Any] | ShardFormatError]:
             name = self._index.shards[run.shard].name
             # One request for the run; through a disk cache, only the samples' bytes are
             # read (the gaps between them may be another loader worker's samples).
             parts = [self._span(i) for i in run.samples]
-            spans = await self._store.get_parts_async(
-                name, start=run.start, end=run.end, parts=parts
+            spans = await self.read_parts_async(
+                run.shard, start=run.start, end=run.end, parts=parts
             )
             # A part of a cached page is checked by the sample's CRC-32 alone: one that
             # fails it is read again as whole pages, whose CRC-32 the cache checks (a
@@ -320,17 +359,8 @@ class ShardDataset:
                 out.update(self._decode_all(again, spans, return_errors, retry=False)[0])
             return out
 
-        # Size checks run beside the reads; a wrong size explains a failed read, so it wins.
-        checks, reads = await asyncio.gather(
-            asyncio.gather(
-                *(self.check_size_async(number) for number in unchecked),
-                return_exceptions=True,
-            ),
-            asyncio.gather(*(fetch(run) for run in runs), return_exceptions=True),
-        )
-        for check in checks:
-            if isinstance(check, BaseException) and not isinstance(check, CorruptShardError):
-                raise check
+        # A wrong size explains a failed read of its shard, so it wins.
+        reads = await asyncio.gather(*(fetch(run) for run in runs), return_exceptions=True)
         found: dict[int, dict[str, Any] | ShardFormatError] = {}
         for run, read in zip(runs, reads, strict=True):
             if run.shard in self._bad_sizes:

@@ -23,8 +23,10 @@ class TokenReader:
     the disk cache alike: a cached read takes only the run's bytes from the cache's pages
     (:meth:`~stoker.storage.base.Store.get_parts_async`), without the page's own CRC-32
     over the whole page, which would check the same bytes again. The first read of each
-    shard also checks its size, so a replaced or truncated shard is refused rather than
-    read as tokens (``stoker verify`` checks every shard's SHA-256).
+    shard also checks its size, from the read's own answer (no HEAD, see
+    :meth:`~stoker.format.reader.ShardDataset.read_parts_async`), so a replaced or
+    truncated shard is refused rather than read as tokens (``stoker verify`` checks every
+    shard's SHA-256).
 
     Args:
         dataset: A dataset whose index has a ``tokens`` section.
@@ -71,16 +73,9 @@ class TokenReader:
         last = int(np.searchsorted(starts, stop, side="left"))
         outer_start, outer_stop = int(starts[first]), int(starts[last])
         ranges = self.layout.ranges(outer_start, outer_stop)
-        shards = self.dataset.shards
-        store = self.dataset.store
-        data, _ = await asyncio.gather(
-            asyncio.gather(
-                *(
-                    store.get_parts_async(shards[s].name, start=a, end=b, parts=[(a, b)])
-                    for s, a, b in ranges
-                )
-            ),
-            asyncio.gather(*(self.dataset.check_size_async(s) for s, _, _ in ranges)),
+        read = self.dataset.read_parts_async
+        data = await asyncio.gather(
+            *(read(s, start=a, end=b, parts=[(a, b)]) for s, a, b in ranges)
         )
         joined = data[0][0] if len(data) == 1 else memoryview(b"".join(p[0] for p in data))
         self._check_documents(joined, first, last)
