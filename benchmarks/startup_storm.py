@@ -13,8 +13,9 @@ once all have imported stoker, as ranks leave a barrier (on 2 cores 16 interpret
 For each round: processes that failed, the slowest first batch (seconds from the go), the
 slowest import (from the launch, before the go), the requests the proxy saw for the index
 per process (GETs and HEADs of index.json and index.bin, throttled ones included), the
-HEADs of shards per process (the reader checks each shard's size once before reading it),
-the data GETs and the throttles. The acceptance: 0 failures, every first batch within
+HEADs of shards per process (0: the reader checks each shard's size against the index from
+its first ranged GET's answer; it sent one HEAD per shard before), the data GETs and the
+throttles. The acceptance: 0 failures, every first batch within
 10 s, <= 2 requests per process beyond the data.
 
     pip install -e '.[bench]'
