@@ -1,4 +1,5 @@
-"""TorchTokenLoader: tensors of the TokenLoader's batches, copied ahead, resuming exactly."""
+"""TorchLoader over token sequences (and TorchTokenLoader, its old name): tensors of the
+TokenLoader's batches, copied ahead, resuming exactly, made by DataLoader workers too."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 import torch
 
 from stoker.format.token_writer import write_token_dataset
+from stoker.integrations.torch import TorchLoader
 from stoker.integrations.torch_tokens import TorchTokenLoader
 from stoker.pipeline.order import OrderConfig
 from stoker.pipeline.token_loader import TokenLoader
@@ -37,10 +39,12 @@ def tokens(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_batches_are_tensors_equal_to_the_token_loaders(tokens: Path) -> None:
-    expected = list(TokenLoader(tokens, documents=True, **OPTIONS))
+    reference = TokenLoader(tokens, documents=True, **OPTIONS)
+    expected = list(reference)
     loader = TorchTokenLoader(tokens, documents=True, device="cpu", **OPTIONS)
     got = list(loader)
     assert len(got) == len(expected) == len(loader) > 3
+    assert loader.dropped_tokens == reference.dropped_tokens > 0
     for a, b in zip(got, expected, strict=True):
         assert a["input_ids"].dtype == torch.int64
         assert a["input_ids"].shape[1] == SEQ_LEN
@@ -85,3 +89,53 @@ def test_a_hugging_face_style_loss_on_labels_scores_the_next_token(tokens: Path)
         assert torch.equal(logits[..., :-1, :].argmax(-1), labels[..., 1:])
         plain = torch.nn.functional.cross_entropy(logits.flatten(0, 1), batch["targets"].flatten())
         assert plain.item() == 0.0
+
+
+FORK: dict[str, Any] = {
+    "multiprocessing_context": "fork"
+}  # starts at once; spawn is tested for images
+
+
+def _same_batches(got: list[dict[str, Any]], expected: list[dict[str, Any]]) -> None:
+    assert len(got) == len(expected) > 3
+    for a, b in zip(got, expected, strict=True):
+        for name in b:
+            if isinstance(b[name], np.ndarray):
+                assert isinstance(a[name], torch.Tensor)
+                assert np.array_equal(a[name].numpy(), b[name]), name
+
+
+@pytest.mark.parametrize("documents", [False, True], ids=["plain", "documents"])
+def test_torch_loader_workers_give_every_sequence_once_as_the_token_loader(
+    tokens: Path, documents: bool
+) -> None:
+    """TorchLoader(url, seq_len=..., num_workers=2) with persistent workers: each epoch's
+    batches are TokenLoader's, in its order, every one full, each sequence once."""
+    reference = TokenLoader(tokens, documents=documents, **OPTIONS)
+    with TorchLoader(tokens, num_workers=2, documents=documents, **FORK, **OPTIONS) as loader:
+        assert len(loader) == len(reference)
+        for epoch in range(2):
+            loader.set_epoch(epoch)
+            reference.set_epoch(epoch)
+            expected, got = list(reference), list(loader)
+            _same_batches(got, expected)
+            seen = torch.cat([b["index"] for b in got]).tolist()
+            assert len(seen) == len(set(seen)) == len(loader) * OPTIONS["batch_size"]
+            assert {tuple(b["input_ids"].shape) for b in got} == {(3, SEQ_LEN)}
+
+
+def test_torch_loader_workers_resume_token_sequences_mid_epoch(tokens: Path) -> None:
+    whole = [b["index"].tolist() for b in TokenLoader(tokens, **OPTIONS)]
+    with TorchLoader(tokens, num_workers=2, **FORK, **OPTIONS) as loader:
+        it = iter(loader)
+        seen = [next(it)["index"].tolist() for _ in range(3)]
+        state = loader.state_dict()
+    assert state["batches"] == 3
+    with TorchLoader(tokens, num_workers=2, **FORK, **OPTIONS) as resumed:
+        resumed.load_state_dict(state)
+        assert seen + [b["index"].tolist() for b in resumed] == whole
+
+
+def test_token_settings_without_seq_len_are_refused(tokens: Path) -> None:
+    with pytest.raises(TypeError, match="give seq_len"):
+        TorchLoader(tokens, batch_size=2, documents=True)

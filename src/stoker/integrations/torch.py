@@ -20,6 +20,11 @@ Every field of a record reaches the batch (see :func:`to_tensors`): numeric arra
 tensors (images ``(N, H, W, 3)`` uint8, ``npy`` fields of one shape stacked, padded ones
 beside their ``<name>_lengths``), ragged arrays as a list of tensors, and captions, JSON
 objects and bytes as Python lists, one item per sample.
+
+Token sequences take the same adapter, with :class:`stoker.TokenLoader`'s settings:
+``TorchLoader(url, seq_len=2048, batch_size=8, num_workers=2)`` gives ``input_ids``,
+``labels`` (equal to ``input_ids``), ``targets`` and ``index`` as int64 tensors, each
+worker making its share of the rank's sequences (docs/tokens.md).
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ from stoker.integrations.torch_dataset import StokerIterableDataset, detect_worl
 from stoker.integrations.torch_handover import Arrivals
 from stoker.integrations.torch_tensors import each_tensor, to_tensors
 from stoker.integrations.torch_workers import refuse_bootstrap
-from stoker.pipeline.config import DecodeConfig, LoaderOptions
+from stoker.pipeline.config import AdapterOptions, DecodeConfig
 from stoker.pipeline.plan import resume_point
 from stoker.pipeline.skips import SkipBudget
 from stoker.pipeline.sources import SourceLike
@@ -85,8 +90,9 @@ class TorchLoader:
     Args:
         source: What :class:`stoker.Loader` takes: a dataset URL or path, an unpacked
             folder of class folders, an opened dataset, several URLs, a
-            :class:`~stoker.pipeline.config.SourceConfig`.
-        batch_size: Samples per batch.
+            :class:`~stoker.pipeline.config.SourceConfig`; with ``seq_len``, what
+            :class:`stoker.TokenLoader` takes.
+        batch_size: Samples (or sequences) per batch.
         num_workers: 0 runs stoker's threaded pipeline in this process (best for the
             built-in transforms); ``k > 0`` runs it in ``k`` DataLoader worker processes.
         persistent_workers: Keep the worker processes from one epoch to the next.
@@ -101,7 +107,9 @@ class TorchLoader:
             too); on CUDA the copy of batch ``i + 1`` overlaps step ``i``.
         channels_last: Images as ``(N, 3, H, W)`` views instead of ``(N, H, W, 3)``.
         **options: :class:`stoker.Loader`'s settings (``transform``, ``seed``, ``order``,
-            ``drop_last``, ``decode``, ``cache``, ``storage_options``, ...); ``world``
+            ``drop_last``, ``decode``, ``cache``, ``storage_options``, ...), and
+            :class:`stoker.TokenLoader`'s ``seq_len``, ``documents`` and ``dtype`` to read
+            token sequences (``drop_last`` then defaults to true, as there); ``world``
             defaults to the rank of :func:`detect_world`.
     """
 
@@ -116,7 +124,7 @@ class TorchLoader:
         pin_memory: bool = False,
         device: str | torch.device | None = None,
         channels_last: bool = False,
-        **options: Unpack[LoaderOptions],
+        **options: Unpack[AdapterOptions],
     ) -> None:
         if num_workers < 0:
             raise ValueError(f"num_workers must be >= 0, got {num_workers}")
@@ -253,7 +261,7 @@ class TorchLoader:
                 epoch_samples=report.stats.epoch_samples,
             )
             state = {**state, "skipped": self._skips.count}
-            self._record.delivered(len(batch["label"]), resumed, now)
+            self._record.delivered(len(batch["index"]), resumed, now)
             yield batch, state
             resumed = time.perf_counter()
             self._record.stepped(now, resumed)

@@ -19,12 +19,20 @@ from stoker.integrations.torch_handover import hand_over
 from stoker.integrations.torch_tensors import to_tensors
 from stoker.integrations.torch_workers import FirstBatches, NextEpoch, StartPoint
 from stoker.pipeline.autotune import default_threads
-from stoker.pipeline.config import BLOCK_PAGE_BYTES, DecodeConfig, LoaderOptions, SourceConfig
+from stoker.pipeline.config import (
+    BLOCK_PAGE_BYTES,
+    AdapterOptions,
+    DecodeConfig,
+    LoaderOptions,
+    SourceConfig,
+)
 from stoker.pipeline.dataset_source import packed_dataset
 from stoker.pipeline.loader import Loader
+from stoker.pipeline.order import OrderConfig
 from stoker.pipeline.plan import batches_per_epoch, resolve_order, resolve_seed
 from stoker.pipeline.source import Source
 from stoker.pipeline.sources import SourceLike, open_source
+from stoker.pipeline.token_loader import loader_arguments
 from stoker.pipeline.world import World
 
 
@@ -66,25 +74,28 @@ class StokerIterableDataset(IterableDataset[dict[str, Any]]):
         source: What :class:`stoker.Loader` takes: a dataset URL or path, an unpacked
             folder of class folders, an opened dataset, several URLs, a
             :class:`~stoker.pipeline.config.SourceConfig`.
-        batch_size: Samples per batch.
+        batch_size: Samples (or sequences) per batch.
         **options: :class:`stoker.Loader`'s settings (``transform``, ``seed``, ``order``,
-            ``decode``, ``cache``, ...). ``world`` defaults to the rank of
-            :func:`detect_world`; its worker fields are set per DataLoader worker.
+            ``decode``, ``cache``, ...), or with ``seq_len`` (and ``documents``,
+            ``dtype``) :class:`stoker.TokenLoader`'s: the source's token sequences. ``world``
+            defaults to the rank of :func:`detect_world`; its worker fields are set per
+            DataLoader worker.
     """
 
     def __init__(
-        self, source: SourceLike, *, batch_size: int, **options: Unpack[LoaderOptions]
+        self, source: SourceLike, *, batch_size: int, **options: Unpack[AdapterOptions]
     ) -> None:
         super().__init__()
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        source, loader_options = loader_arguments(source, options)
         self.source = source
         self.url = _described(source)
         self.batch_size = batch_size
-        if options.get("world") is None:
+        if loader_options.get("world") is None:
             rank, world_size = detect_world()
-            options["world"] = World(rank=rank, world_size=world_size)
-        self.options = options
+            loader_options["world"] = World(rank=rank, world_size=world_size)
+        self.options = loader_options
         self._start = StartPoint()  # epoch, resume state and tracing, seen by workers too
         self._firsts = FirstBatches()  # the epoch whose first batch worker 0 has made
         # Yield (batch, the loader's state after it, WorkerReport or None) triples.
@@ -159,11 +170,14 @@ class StokerIterableDataset(IterableDataset[dict[str, Any]]):
         """Batches of this rank's epoch (computed from the index; no loader is made)."""
         source = self.opened()
         options = self.options
+        units, unit_bytes = source.units(), source.unit_bytes()
         order = resolve_order(
-            options.get("order"),
+            source.order_defaults(
+                options.get("order") or OrderConfig(), units=units, unit_bytes=unit_bytes
+            ),
             seed=options.get("seed"),
-            units=source.units(),
-            unit_bytes=source.unit_bytes(),
+            units=units,
+            unit_bytes=unit_bytes,
             shuffled=source.shuffled(),
         )
         world = options.get("world") or World()
@@ -171,7 +185,7 @@ class StokerIterableDataset(IterableDataset[dict[str, Any]]):
             source.epoch_order(order, self.epoch),
             world=world,
             batch_size=self.batch_size,
-            drop_last=bool(options.get("drop_last", False)),
+            drop_last=options.get("drop_last", False),
         )
 
     def fresh_state(self, epoch: int | None = None) -> dict[str, Any]:

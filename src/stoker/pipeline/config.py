@@ -254,7 +254,7 @@ class LoaderOptions(TypedDict, total=False):
 
     transform: Any
     seed: int | None
-    drop_last: bool
+    drop_last: bool | Literal["ranks"]
     order: OrderConfig | None
     world: World | None
     decode: DecodeConfig | None
@@ -262,3 +262,15 @@ class LoaderOptions(TypedDict, total=False):
     autotune: AutotuneConfig | None
     cache: CacheConfig | None
     storage_options: Mapping[str, Any] | None
+
+
+class AdapterOptions(LoaderOptions, total=False):
+    """What the framework adapters take besides their own settings: the Loader's
+    (:class:`LoaderOptions`) and :class:`~stoker.TokenLoader`'s sequence settings. With
+    ``seq_len`` the source is read as token sequences of that length (``documents``:
+    add document boundaries; ``dtype``: of ``input_ids``, ``labels`` and ``targets``), as
+    :class:`~stoker.pipeline.token_batcher.TokenConfig` says."""
+
+    seq_len: int
+    documents: bool
+    dtype: str

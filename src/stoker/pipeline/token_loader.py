@@ -20,9 +20,11 @@ from typing import Any, Literal
 from stoker.core.checks import check_bool
 from stoker.format.reader import ShardDataset
 from stoker.pipeline.autotune import AutotuneConfig
-from stoker.pipeline.config import CacheConfig, SourceConfig
+from stoker.pipeline.config import AdapterOptions, CacheConfig, LoaderOptions, SourceConfig
 from stoker.pipeline.loader import Loader
 from stoker.pipeline.order import OrderConfig, share_length
+from stoker.pipeline.plan import DropLast
+from stoker.pipeline.source import Source
 from stoker.pipeline.sources import SourceLike, mix_parts
 from stoker.pipeline.token_batcher import TokenConfig
 from stoker.pipeline.tokens import stream_tokens, token_parts
@@ -108,10 +110,10 @@ class TokenLoader(Loader):
     ) -> None:
         self.tokens_config = TokenConfig(seq_len=seq_len, documents=documents, dtype=dtype)
         super().__init__(
-            _with_tokens(source, self.tokens_config),
+            with_tokens(source, self.tokens_config),
             batch_size=batch_size,
             seed=seed,
-            drop_last=True if check_bool("drop_last", drop_last) else "ranks",
+            drop_last=token_drop_last(drop_last),
             order=order,
             world=world,
             prefetch=prefetch,
@@ -138,11 +140,9 @@ class TokenLoader(Loader):
     @property
     def epoch_sequences(self) -> int:
         """Sequences all ranks deliver in a full epoch."""
-        world_size = self.world.world_size
-        each = share_length(self.source.units(), world_size=world_size, drop_last=True)
-        if self.drop_last is True:  # whole batches only
-            each -= each % self.batch_size
-        return each * world_size
+        return epoch_sequences(
+            self.source, world=self.world, batch_size=self.batch_size, drop_last=self.drop_last
+        )
 
     @property
     def epoch_tokens(self) -> int:
@@ -162,7 +162,49 @@ class TokenLoader(Loader):
         return self.stream_tokens - self.epoch_tokens
 
 
-def _with_tokens(source: SourceLike, tokens: TokenConfig) -> SourceLike:
+def epoch_sequences(source: Source, *, world: World, batch_size: int, drop_last: DropLast) -> int:
+    """Sequences of ``source`` all ranks of ``world`` deliver in a full epoch."""
+    each = share_length(source.units(), world_size=world.world_size, drop_last=True)
+    if drop_last is True:  # whole batches only
+        each -= each % batch_size
+    return each * world.world_size
+
+
+def token_drop_last(drop_last: bool) -> DropLast:
+    """The Loader's ``drop_last`` for token sequences: ranks are evened out by dropping
+    sequences, never by repeats; true also drops each rank's last, incomplete batch."""
+    return True if check_bool("drop_last", drop_last) else "ranks"
+
+
+def loader_arguments(
+    source: SourceLike, options: AdapterOptions
+) -> tuple[SourceLike, LoaderOptions]:
+    """What a Loader takes for a framework adapter's ``source`` and ``options``: with
+    ``seq_len``, ``source`` read as token sequences and ``drop_last`` as
+    :class:`TokenLoader` takes it (whole batches unless false); otherwise both as given.
+
+    Raises:
+        TypeError: ``documents`` or ``dtype`` without ``seq_len``.
+    """
+    rest = {k: v for k, v in options.items() if k not in ("seq_len", "documents", "dtype")}
+    loader_options: LoaderOptions = rest  # type: ignore[assignment]  # the token ones left out
+    seq_len = options.get("seq_len")
+    if seq_len is None:
+        if "documents" in options or "dtype" in options:
+            raise TypeError("documents and dtype are settings of token sequences: give seq_len")
+        return source, loader_options
+    tokens = TokenConfig(
+        seq_len=seq_len,
+        documents=options.get("documents", False),
+        dtype=options.get("dtype", "int64"),
+    )
+    drop_last = loader_options.get("drop_last", True)
+    if drop_last != "ranks":
+        loader_options["drop_last"] = token_drop_last(drop_last)
+    return with_tokens(source, tokens), loader_options
+
+
+def with_tokens(source: SourceLike, tokens: TokenConfig) -> SourceLike:
     """``source`` read as token sequences (a prebuilt source as it is)."""
     if isinstance(source, SourceConfig):
         return replace(source, tokens=tokens)
