@@ -1,11 +1,10 @@
 """What the in-process framework adapters share: a Loader handed over batch by batch.
 
-:class:`~stoker.integrations.jax.JaxLoader`, :class:`~stoker.integrations.jax_tokens.
-JaxTokenLoader` and :class:`~stoker.integrations.torch_tokens.TorchTokenLoader` each wrap a
-:class:`stoker.Loader` and convert its batches (arrays placed on devices, tensors). What
-they have in common is here: epochs, ``len()``, counters, closing, and ``state_dict()``
-taken at each delivery, so that a batch converted one ahead (its copy under way while the
-caller uses the last one) is not counted as delivered before the caller has it.
+:class:`~stoker.integrations.jax.JaxLoader` wraps a :class:`stoker.Loader` and converts
+its batches (arrays placed on devices). What such an adapter needs is here: epochs,
+``len()``, counters, closing, and ``state_dict()`` taken at each delivery, so that a batch
+converted one ahead (its copy under way while the caller uses the last one) is not counted
+as delivered before the caller has it.
 """
 
 from __future__ import annotations

@@ -15,21 +15,26 @@ only); this module only places it. In multi-process JAX each process is one load
 ``batch_size * process_count`` rows. By default the batch axis is split over every device
 (a one-device run uses that device alone). The next batch is copied to the devices while
 the current one is used.
+
+Token sequences take the same loader, with :class:`stoker.TokenLoader`'s settings
+(``JaxLoader(url, seq_len=2048, batch_size=8)``): the fields with one row per sequence
+(the source's ``row_fields``: ``input_ids``, ``labels``, ``targets``, ``index``, ...) are
+sharded like images, and token ids follow the 64-bit rule of every other ``int64`` field.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Unpack
 
 import jax
 import numpy as np
 
-from stoker.format.reader import ShardDataset
 from stoker.integrations.delivering import Delivering
-from stoker.pipeline.config import LoaderOptions
+from stoker.pipeline.config import AdapterOptions
 from stoker.pipeline.loader import Loader
+from stoker.pipeline.sources import SourceLike
+from stoker.pipeline.token_loader import loader_arguments
 from stoker.pipeline.world import World
 
 
@@ -61,16 +66,22 @@ def batch_sharding(devices: Sequence[jax.Device] | None = None) -> jax.sharding.
     return jax.sharding.NamedSharding(mesh, spec)
 
 
-def to_arrays(batch: Mapping[str, Any], sharding: jax.sharding.Sharding) -> dict[str, Any]:
+def to_arrays(
+    batch: Mapping[str, Any],
+    sharding: jax.sharding.Sharding,
+    row_fields: Sequence[str] | None = None,
+) -> dict[str, Any]:
     """The numpy arrays of a batch as global ``jax.Array`` s laid out by ``sharding``.
 
-    Each numeric array is this process's rows of the global array (see
+    Each numeric array (of ``row_fields``, where given: the fields with one row per unit)
+    is this process's rows of the global array (see
     ``jax.make_array_from_process_local_data``); everything else stays on the host as it
-    is: keys, text, parsed JSON, ragged arrays (lists), arrays of strings or dates, and
-    numbers JAX has no type for (``longdouble``). Big-endian arrays (an ``npy`` saved as
-    ``>f4``) are put in native order. Without ``jax_enable_x64`` JAX keeps 64-bit numbers
-    in 32 bits: ``int64`` becomes ``int32``, ``float64`` ``float32``, as in any JAX
-    program; a value that would change beyond that rounding is an error.
+    is: keys, text, parsed JSON, ragged arrays (lists), arrays of strings or dates,
+    numbers JAX has no type for (``longdouble``), and arrays outside ``row_fields``.
+    Big-endian arrays (an ``npy`` saved as ``>f4``) are put in native order. Without
+    ``jax_enable_x64`` JAX keeps 64-bit numbers in 32 bits: ``int64`` becomes ``int32``,
+    ``float64`` ``float32``, as in any JAX program; a value that would change beyond that
+    rounding is an error.
 
     Raises:
         ValueError: Images that are not one array (give a fixed-size transform), or a
@@ -87,7 +98,8 @@ def to_arrays(batch: Mapping[str, Any], sharding: jax.sharding.Sharding) -> dict
     place: Any = jax.make_array_from_process_local_data
     placed = {}
     for name, value in batch.items():
-        array = _as_jax_stores(name, value) if isinstance(value, np.ndarray) else None
+        rows = isinstance(value, np.ndarray) and (row_fields is None or name in row_fields)
+        array = _as_jax_stores(name, value) if rows else None
         placed[name] = value if array is None else place(sharding, array)
     return placed
 
@@ -138,17 +150,27 @@ class JaxLoader(Delivering):
     rest (text, JSON, ragged arrays) on the host, as :func:`to_arrays` says. ``state_dict``
     counts the batches delivered, not the one already on its way to the devices.
 
+    With ``seq_len`` the batches are token sequences' (:class:`stoker.TokenLoader`'s):
+    ``input_ids``, ``labels``, ``targets``, ``index`` (``source`` in a mix,
+    ``position_ids`` with ``documents=True``) are sharded, ``int64`` kept in 64 bits with
+    ``jax_enable_x64`` and in 32 without, as every field is; ``cu_seqlens``, ``doc_lens``
+    and ``max_seqlen`` (sized by the documents) stay on the host.
+
     Args:
-        source: Dataset URL, or an opened :class:`~stoker.format.reader.ShardDataset`.
-        batch_size: Samples per batch of this process; every local device of the batch
-            axis gets an equal part, so it must divide evenly.
+        source: What :class:`stoker.Loader` takes (a dataset URL or path, an opened
+            :class:`~stoker.format.reader.ShardDataset`, a
+            :class:`~stoker.pipeline.config.SourceConfig`); with ``seq_len``, what
+            :class:`stoker.TokenLoader` takes.
+        batch_size: Samples (or sequences) per batch of this process; every local device
+            of the batch axis gets an equal part, so it must divide evenly.
         sharding: Where batches go; default :func:`batch_sharding` over all devices. It is
             applied to every array of a batch, so name only the leading axis in it.
         **options: :class:`stoker.Loader`'s settings (``transform``, ``seed``, ``order``,
-            ``decode``, ``cache``, ``storage_options``, ...). ``world`` defaults to the rank
-            of :func:`detect_world`; give one when processes share data (replicas).
-            ``drop_last`` defaults to True here, as shapes that change make ``jit``
-            compile again.
+            ``decode``, ``cache``, ``storage_options``, ...), and
+            :class:`stoker.TokenLoader`'s ``seq_len``, ``documents`` and ``dtype`` to read
+            token sequences. ``world`` defaults to the rank of :func:`detect_world`; give
+            one when processes share data (replicas). ``drop_last`` defaults to True here,
+            as shapes that change make ``jit`` compile again.
 
     Attributes:
         loader: The :class:`stoker.Loader` making the batches (``loader.stats()``, ...).
@@ -157,20 +179,24 @@ class JaxLoader(Delivering):
 
     def __init__(
         self,
-        source: str | os.PathLike[str] | ShardDataset,
+        source: SourceLike,
         *,
         batch_size: int,
         sharding: jax.sharding.Sharding | None = None,
-        **options: Unpack[LoaderOptions],
+        **options: Unpack[AdapterOptions],
     ) -> None:
         # Shapes that change make jit compile again: drop the last incomplete batch.
         options.setdefault("drop_last", True)
-        if options.get("world") is None:
+        source, loader_options = loader_arguments(source, options)
+        if loader_options.get("world") is None:
             rank, world_size = detect_world()
-            options["world"] = World(rank=rank, world_size=world_size)
+            loader_options["world"] = World(rank=rank, world_size=world_size)
         self.sharding = sharding if sharding is not None else batch_sharding()
-        self.loader = Loader(source, batch_size=batch_size, **options)
+        self.loader = Loader(source, batch_size=batch_size, **loader_options)
+        self.row_fields = self.loader.source.row_fields
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         # Placing is asynchronous: each copy runs while the caller uses the last batch.
-        return self._delivered(lambda batch: to_arrays(batch, self.sharding), ahead=True)
+        return self._delivered(
+            lambda batch: to_arrays(batch, self.sharding, self.row_fields), ahead=True
+        )

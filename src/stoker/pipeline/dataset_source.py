@@ -70,6 +70,7 @@ class DatasetSource:
         return [s.samples for s in self.dataset.shards]
 
     cut_first_batch = False  # a read group holds a few batches
+    row_fields = None  # every array of a batch: image, label, index, stacked fields
     one_get_per_unit = False
 
     def order_defaults(self, order: OrderConfig, *, units: int, unit_bytes: float) -> OrderConfig:

@@ -204,6 +204,7 @@ class FolderSource:
         return ()
 
     cut_first_batch = False
+    row_fields = None
     one_get_per_unit = True
 
     def order_defaults(self, order: OrderConfig, *, units: int, unit_bytes: float) -> OrderConfig:

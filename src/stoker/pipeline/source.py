@@ -95,6 +95,13 @@ class Source(Protocol):
         ...
 
     @property
+    def row_fields(self) -> tuple[str, ...] | None:
+        """The batch fields with one row per unit, which an adapter may split by rows over
+        devices (token batches' ``input_ids``, ``labels``, ...; not ``cu_seqlens``, sized
+        by the documents); None where every array of a batch has one (samples, windows)."""
+        ...
+
+    @property
     def one_get_per_unit(self) -> bool:
         """Whether each unit is an object of its own, read with one GET (an unpacked
         folder): blocks of one, no ranged reads to make bigger."""

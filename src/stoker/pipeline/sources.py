@@ -118,6 +118,11 @@ class MixedSource:
     def cut_first_batch(self) -> bool:
         return self.sources[0].cut_first_batch
 
+    @property
+    def row_fields(self) -> tuple[str, ...] | None:
+        fields = self.sources[0].row_fields
+        return None if fields is None else (*fields, "source")
+
     one_get_per_unit = False
 
     def order_defaults(self, order: OrderConfig, *, units: int, unit_bytes: float) -> OrderConfig:
@@ -210,6 +215,7 @@ class WindowSource:
         return ("records", *self.source.extra_fields)
 
     cut_first_batch = False
+    row_fields = None
     one_get_per_unit = False
 
     def order_defaults(self, order: OrderConfig, *, units: int, unit_bytes: float) -> OrderConfig:

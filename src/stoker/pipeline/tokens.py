@@ -110,6 +110,13 @@ class TokenSource:
     cut_first_batch = True  # 32 kB of sequences need not wait for a 16 MB read group
     one_get_per_unit = False
 
+    @property
+    def row_fields(self) -> tuple[str, ...]:
+        """``input_ids``, ``labels``, ``targets``, ``index`` (and ``position_ids`` with
+        documents); ``cu_seqlens``, ``doc_lens`` and ``max_seqlen`` follow the documents."""
+        rows = ("input_ids", "labels", "targets", "index")
+        return (*rows, "position_ids") if self.config.documents else rows
+
     def order_defaults(self, order: OrderConfig, *, units: int, unit_bytes: float) -> OrderConfig:
         return token_order(order, units=units, unit_bytes=unit_bytes)
 
