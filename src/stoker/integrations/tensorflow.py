@@ -18,6 +18,13 @@ With ``tf.distribute``, build the dataset in the function given to
 ``strategy.distribute_datasets_from_function`` and pass its ``input_context``: each input
 pipeline (one per worker) then reads only its share.
 
+Token sequences take the same function, with :class:`stoker.TokenLoader`'s settings; each
+element is then ``(input_ids, targets)``, the ``(x, y)`` of a Keras language model that
+scores every position against the next token::
+
+    train = make_dataset("s3://bucket/tokens", seq_len=2048, batch_size=8)
+    model.fit(train, epochs=1)  # logits (8, 2048, vocab); sparse categorical cross-entropy
+
 A ``tf.data.Dataset`` has no ``stats()``: the loaders behind it are made inside TensorFlow's
 generator, one per pass. To see stage times, requests and a trace, run ``stoker doctor`` on
 the dataset, or a :class:`stoker.Loader` with the same settings and its ``stats()``.
@@ -37,14 +44,17 @@ import tensorflow as tf
 
 from stoker.errors import BucketNotFoundError
 from stoker.format.reader import open_dataset
-from stoker.pipeline.config import LoaderOptions
+from stoker.pipeline.config import AdapterOptions, SourceConfig
 from stoker.pipeline.loader import Loader
 from stoker.pipeline.sources import SourceLike
+from stoker.pipeline.token_loader import loader_arguments
 from stoker.pipeline.transforms import PlannedTransform
 from stoker.pipeline.world import World
 
 #: The fields every batch has, whose specs are known before any sample is read.
 FIELDS = ("image", "label", "index", "key")
+#: The elements of a token dataset by default: inputs and their next tokens.
+TOKEN_FIELDS = ("input_ids", "targets")
 
 #: What ``fields`` may be: a batch field's name, or a tuple of these (a nested element, as
 #: ``(("image", "txt"), "label")`` for a model with two inputs).
@@ -156,15 +166,18 @@ def make_dataset(
     source: SourceLike,
     *,
     batch_size: int,
-    fields: Sequence[FieldTree] = ("image", "label"),
+    fields: Sequence[FieldTree] | None = None,
     input_context: Any = None,
     epoch: int = 0,
-    **options: Unpack[LoaderOptions],
+    **options: Unpack[AdapterOptions],
 ) -> Any:
     """A ``tf.data.Dataset`` of batches, for ``model.fit`` or a custom loop.
 
     Each element is a tuple of ``fields``: by default ``(image, label)``, the ``(x, y)``
-    that Keras expects; images stay ``uint8`` (rescale in the model). The first pass over
+    that Keras expects; images stay ``uint8`` (rescale in the model). Token sequences
+    (``seq_len``, or a ``SourceConfig`` with ``tokens``) give ``(input_ids, targets)`` by
+    default, ``(N, seq_len)`` int64 each (any field of :class:`stoker.TokenLoader`'s
+    batches may be named). The first pass over
     the dataset is epoch ``epoch``, each later pass the next epoch. ``len(dataset)`` is the
     number of batches per epoch. With ``steps_per_epoch`` smaller than that, Keras goes on
     with the same pass in its next epoch; ``dataset.repeat()`` is an endless stream of
@@ -174,8 +187,10 @@ def make_dataset(
         source: What :class:`stoker.Loader` takes: a dataset URL or path, an unpacked
             folder of class folders, an opened
             :class:`~stoker.format.reader.ShardDataset`, several URLs, a
-            :class:`~stoker.pipeline.config.SourceConfig`.
-        batch_size: Samples per batch (per input pipeline: with ``tf.distribute``, use
+            :class:`~stoker.pipeline.config.SourceConfig`; with ``seq_len``, what
+            :class:`stoker.TokenLoader` takes.
+        batch_size: Samples (or sequences) per batch (per input pipeline: with
+            ``tf.distribute``, use
             ``input_context.get_per_replica_batch_size(global_batch_size)``).
         fields: What each element holds: ``image``, ``label``, ``index`` (sample number
             in the dataset), ``key``, or any other field of the batches (``txt``,
@@ -186,7 +201,9 @@ def make_dataset(
             rank ``input_pipeline_id`` of ``num_input_pipelines``.
         epoch: Epoch of the first pass (to continue a run at Keras' ``initial_epoch``).
         **options: :class:`stoker.Loader`'s settings (``transform``, ``seed``, ``order``,
-            ``drop_last``, ``decode``, ``cache``, ``storage_options``, ``world``, ...).
+            ``drop_last``, ``decode``, ``cache``, ``storage_options``, ``world``, ...),
+            and :class:`stoker.TokenLoader`'s ``seq_len``, ``documents`` and ``dtype`` to
+            read token sequences (``drop_last`` then defaults to true, as there).
 
     Returns:
         A ``tf.data.Dataset`` with a known length.
@@ -194,15 +211,19 @@ def make_dataset(
     Raises:
         ValueError: Unknown ``fields``, or both ``input_context`` and ``world``.
     """
+    source, loader_options = loader_arguments(source, options)
     if input_context is not None:
-        if options.get("world") is not None:
+        if loader_options.get("world") is not None:
             raise ValueError("give either input_context or world, not both")
         rank, world_size = detect_world(input_context)
-        options["world"] = World(rank=rank, world_size=world_size)
+        loader_options["world"] = World(rank=rank, world_size=world_size)
+    if fields is None:
+        tokens = isinstance(source, SourceConfig) and source.tokens is not None
+        fields = TOKEN_FIELDS if tokens else ("image", "label")
     tree = tuple(fields)
-    opened = _opened(source, options.get("storage_options"))
+    opened = _opened(source, loader_options.get("storage_options"))
     # Made here so that bad options raise now, not inside TensorFlow's generator thread.
-    probe = Loader(opened, batch_size=batch_size, **options)
+    probe = Loader(opened, batch_size=batch_size, **loader_options)
     steps = len(probe)
     url = probe.source.url
     example = None
@@ -210,18 +231,18 @@ def make_dataset(
         # Specs of other fields are read off a first batch.
         with probe:
             example = next(iter(probe), None)
-    signature = output_signature(options.get("transform"), tree, example)
+    signature = output_signature(loader_options.get("transform"), tree, example)
     epochs = itertools.count(epoch)
 
     def batches() -> Iterator[tuple[Any, ...]]:
-        with Loader(opened, batch_size=batch_size, **options) as loader:
-            loader.set_epoch(next(epochs))
-            for batch in loader:
+        with Loader(opened, batch_size=batch_size, **loader_options) as each:
+            each.set_epoch(next(epochs))
+            for batch in each:
                 yield _map(tree, functools.partial(_column, batch, url=url))
 
     dataset = tf.data.Dataset.from_generator(batches, output_signature=signature)
     dataset = dataset.apply(tf.data.experimental.assert_cardinality(steps))
-    world = options.get("world")
+    world = loader_options.get("world")
     if world is not None and world.world_size > 1:
         # The loader already reads this rank's share; tf.distribute must not shard again.
         sharding = tf.data.Options()
