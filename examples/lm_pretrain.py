@@ -7,7 +7,7 @@ small generated corpus as JSONL, tokenizes it byte by byte (``list(text.encode()
 end-of-text id 256 after each document) and packs it with ``pack_tokens`` into a local
 token dataset. Every rank then trains a one-layer causal transformer on its share of the
 sequences of 64 tokens (a cross-entropy of each position's logits against ``targets``, the
-next tokens), ``TorchTokenLoader`` finding its rank through ``torch.distributed`` (gloo).
+next tokens), ``TorchLoader`` finding its rank through ``torch.distributed`` (gloo).
 Every batch holds 8 sequences (an epoch's short last one is left out). Halfway, the run
 saves a checkpoint (the model, the optimizer and the loader's ``state_dict()``, a few
 integers, as JSON), throws everything away and resumes from it, as a restarted job would:
@@ -32,7 +32,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from stoker import OrderConfig
-from stoker.integrations.torch_tokens import TorchTokenLoader
+from stoker.integrations.torch import TorchLoader
 from stoker.pack.tokens import TokenPackConfig, pack_tokens
 
 SEQ_LEN = 64
@@ -90,22 +90,20 @@ class TinyLM(nn.Module):
         return self.out(self.layer(x, src_mask=self.mask, is_causal=True))
 
 
-def build(tokens: Path, distributed: bool) -> tuple[nn.Module, Any, TorchTokenLoader]:
+def build(tokens: Path, distributed: bool) -> tuple[nn.Module, Any, TorchLoader]:
     torch.manual_seed(0)
     model: nn.Module = TinyLM()
     if distributed:
         model = DistributedDataParallel(model)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     # Blocks of 16 sequences: the default 4 MB blocks would hold this whole corpus.
-    loader = TorchTokenLoader(
+    loader = TorchLoader(
         tokens, seq_len=SEQ_LEN, batch_size=BATCH_SIZE, seed=0, order=OrderConfig(block_size=16)
     )
     return model, optimizer, loader
 
 
-def train(
-    model: nn.Module, optimizer: Any, loader: TorchTokenLoader, steps: range, log: Path
-) -> float:
+def train(model: nn.Module, optimizer: Any, loader: TorchLoader, steps: range, log: Path) -> float:
     """Train for ``steps`` (continuing the loader's epochs); return the last loss."""
     loss = torch.zeros(())
     step = steps.start
@@ -139,12 +137,12 @@ def rank() -> int:
     return dist.get_rank() if dist.is_initialized() else 0
 
 
-def save(path: Path, model: nn.Module, optimizer: Any, loader: TorchTokenLoader) -> None:
+def save(path: Path, model: nn.Module, optimizer: Any, loader: TorchLoader) -> None:
     torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, path)
     path.with_suffix(".loader.json").write_text(json.dumps(loader.state_dict()))
 
 
-def restore(path: Path, model: nn.Module, optimizer: Any, loader: TorchTokenLoader) -> None:
+def restore(path: Path, model: nn.Module, optimizer: Any, loader: TorchLoader) -> None:
     weights = torch.load(path, weights_only=True)  # tensors only: no pickled objects
     model.load_state_dict(weights["model"])
     optimizer.load_state_dict(weights["optimizer"])
