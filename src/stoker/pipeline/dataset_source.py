@@ -22,11 +22,26 @@ from stoker.pipeline.batcher import Batcher, BatcherSettings
 from stoker.pipeline.batching import BatchAssembler
 from stoker.pipeline.order import EpochOrder, OrderConfig, epoch_order
 from stoker.pipeline.source import Source
+from stoker.storage.cached import CachedStore
 
 #: The Loader reads only the samples it delivers: a ranged read joins adjacent samples, never
 #: a gap. A gap is usually another block, read with its own group; reading it through too
 #: made an epoch read 1.4-1.8x its shards' bytes.
 LOADER_MAX_GAP_BYTES = 0
+
+
+def max_gap_bytes(dataset: ShardDataset) -> int:
+    """The gap a Loader reads through to join two samples of ``dataset`` into one request:
+    :data:`LOADER_MAX_GAP_BYTES` from the store; through a disk cache, anything shorter
+    than a page. A gap under a page holds no whole page, so the joined run touches the
+    pages the two runs touch and no other, and fetches them with one ranged GET where
+    apart they took two: loader workers, each reading its own samples of a block (the
+    rest are another worker's), fetch the block's pages with one request, as one process
+    reads the block (cached pages give only the samples' bytes, whatever the run)."""
+    store = dataset.store
+    if isinstance(store, CachedStore):
+        return store.page_bytes - 1
+    return LOADER_MAX_GAP_BYTES
 
 
 class DatasetSource:
@@ -45,6 +60,7 @@ class DatasetSource:
     ) -> None:
         self.dataset = dataset
         self.side_tables = dict(side_tables or {})
+        self._max_gap_bytes = max_gap_bytes(dataset)
         for name, table in self.side_tables.items():
             if len(table) != len(dataset):
                 raise ValueError(
@@ -120,7 +136,7 @@ class DatasetSource:
         # A corrupt sample comes back as its error, so the loader can skip just that one.
         reads: list[Any] = [
             self.dataset.read_many_async(
-                unique, return_errors=True, max_gap_bytes=LOADER_MAX_GAP_BYTES
+                unique, return_errors=True, max_gap_bytes=self._max_gap_bytes
             )
         ]
         reads += [table.rows_async(unique) for table in self.side_tables.values()]
