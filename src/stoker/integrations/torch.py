@@ -44,6 +44,7 @@ from stoker.integrations.torch_dataset import StokerIterableDataset, detect_worl
 from stoker.integrations.torch_handover import Arrivals
 from stoker.integrations.torch_tensors import each_tensor, to_tensors
 from stoker.integrations.torch_workers import refuse_bootstrap
+from stoker.integrations.worker_cache import WorkerCache
 from stoker.pipeline.config import AdapterOptions, DecodeConfig
 from stoker.pipeline.plan import resume_point
 from stoker.pipeline.skips import SkipBudget
@@ -85,7 +86,10 @@ class TorchLoader:
     :mod:`stoker.integrations.torch_handover`), and a batch that never arrives is an error.
     ``DecodeConfig(max_skipped=...)`` holds over every worker of the rank: each batch
     brings its worker's skips, and the batch that takes the epoch's sum past the budget
-    raises :class:`~stoker.errors.SkipBudgetError` here, listing them.
+    raises :class:`~stoker.errors.SkipBudgetError` here, listing them. Several workers
+    read a bucket through one disk cache, so the node makes the requests one process
+    makes: ``CacheConfig(dir=...)`` if given, else a temporary one of this loader's,
+    removed when the workers stop (:mod:`stoker.integrations.worker_cache`).
 
     Args:
         source: What :class:`stoker.Loader` takes: a dataset URL or path, an unpacked
@@ -138,6 +142,7 @@ class TorchLoader:
         self.persistent_workers = persistent_workers
         self.multiprocessing_context = multiprocessing_context
         self._workers: DataLoader[Any] | None = None  # kept while its workers persist
+        self._worker_cache = WorkerCache()  # what the workers share, where no cache is given
         self.pin_memory = pin_memory
         self.device = torch.device(device) if device is not None else None
         self.channels_last = channels_last
@@ -221,6 +226,9 @@ class TorchLoader:
             return
         if self._workers is None:
             refuse_bootstrap(f"TorchLoader(num_workers={self.num_workers})")
+            self._worker_cache.open(
+                self.dataset.options, self.dataset.source, workers=self.num_workers
+            )
             self._workers = DataLoader(
                 self.dataset,
                 batch_size=None,
@@ -355,6 +363,7 @@ class TorchLoader:
             shutdown = getattr(workers._iterator, "_shutdown_workers", None)
             if shutdown is not None:  # else the iterator stops them when collected
                 shutdown()
+            self._worker_cache.close(self.dataset.options)
 
     def close(self) -> None:
         """Stop an iteration under way, and the loader behind it: its decode threads, or
