@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from stoker.storage.hedge import HedgePolicy
 from stoker.storage.retry import RetryPolicy
 from stoker.storage.shaping import ShapingPolicy
 from stoker.storage.url import redact_userinfo
@@ -62,6 +63,8 @@ class StorageOptions:
             (``stoker.storage.shaping`` says what a prefix is), shared by every store of
             the process; None: no fixed cap (the rate still adapts to throttling).
         shaping: How the request rate of a prefix adapts to throttling (503 SlowDown, 429).
+        hedge: When a slow ranged GET of a remote store gets a second, identical request
+            (:mod:`stoker.storage.hedge`); None: never.
         extra: Further obstore configuration keys, passed through unchanged (for GCS and
             Azure, e.g. ``{"google_service_account": "/path/key.json"}``).
     """
@@ -83,6 +86,7 @@ class StorageOptions:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     max_requests_per_s: float | None = None
     shaping: ShapingPolicy = field(default_factory=ShapingPolicy)
+    hedge: HedgePolicy | None = None
     extra: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     def __repr__(self) -> str:
@@ -149,6 +153,8 @@ class StorageOptions:
             values["retry"] = RetryPolicy(**values["retry"])
         if isinstance(values.get("shaping"), Mapping):
             values["shaping"] = ShapingPolicy(**values["shaping"])
+        if isinstance(values.get("hedge"), Mapping):
+            values["hedge"] = HedgePolicy(**values["hedge"])
         return cls(**values)
 
 

@@ -42,6 +42,7 @@ from stoker.storage.base import (
 from stoker.storage.blocking import BlockingForms
 from stoker.storage.cache import DiskCache
 from stoker.storage.engine import IOEngine, default_engine
+from stoker.storage.hedge import HedgePolicy, Hedger
 from stoker.storage.native import native, rebuild
 from stoker.storage.obstorelist import ObstoreListing, meta_of
 from stoker.storage.options import StorageOptions
@@ -77,19 +78,20 @@ def _is_unsatisfiable_range(exc: Exception) -> bool:
 class _Connection:
     """What a store uses in one process: its obstore client, counters and shapers."""
 
-    __slots__ = ("counters", "native", "reported_rate", "shapers")
+    __slots__ = ("counters", "hedger", "native", "reported_rate", "shapers")
 
-    def __init__(self, native: Any) -> None:
+    def __init__(self, native: Any, hedge: HedgePolicy | None) -> None:
         self.native = native  # None until a missing local folder is written to
+        self.hedger = None if hedge is None else Hedger(hedge)
         self.counters = Counters()
         self.shapers: dict[str, PrefixShaper] = {}
         self.reported_rate = 0  # what counters["shaping.rate_per_s"] holds now
 
 
-def _reconnect(opened: Any) -> _Connection:
+def _reconnect(opened: Any, hedge: HedgePolicy | None) -> _Connection:
     # A process forked from the one that opened the store: the client made there runs on
     # the parent's obstore runtime, which did not survive the fork; make it again here.
-    return _Connection(None if opened is None else rebuild(opened))
+    return _Connection(None if opened is None else rebuild(opened), hedge)
 
 
 class ObstoreStore(BlockingForms):
@@ -113,8 +115,10 @@ class ObstoreStore(BlockingForms):
         options: StorageOptions,
         engine: IOEngine | None = None,
     ) -> None:
-        reconnect = functools.partial(_reconnect, native.store)
-        self._here = PerProcess(reconnect, initial=_Connection(native.store))
+        # A local folder answers from the page cache: nothing to hedge.
+        hedge = options.hedge if url.scheme != "file" else None
+        reconnect = functools.partial(_reconnect, native.store, hedge)
+        self._here = PerProcess(reconnect, initial=_Connection(native.store, hedge))
         self._source = native.credentials_source
         self._endpoint = redact_userinfo(native.endpoint)  # for messages: never a password
         self._url = url
@@ -192,8 +196,27 @@ class ObstoreStore(BlockingForms):
             here.counters.add("shaping.rate_per_s", level - here.reported_rate)
             here.reported_rate = level
 
-    async def _request(self, op: str, path: str, attempt: Callable[[], Awaitable[T]]) -> T:
+    async def _request(
+        self,
+        op: str,
+        path: str,
+        attempt: Callable[[], Awaitable[T]],
+        *,
+        hedge_bytes: int | None = None,
+    ) -> T:
+        """Run ``attempt`` shaped, in an engine slot, retried and counted; a read of
+        ``hedge_bytes`` (ranged GETs only: idempotent) is hedged when the store hedges."""
         shaper = self._shaper(path)
+        hedger = self._here.get().hedger
+
+        def tracked() -> Awaitable[T]:
+            return self._engine.track(attempt())
+
+        call: Callable[[], Awaitable[T]] = tracked
+        if hedger is not None and hedge_bytes is not None:
+            # Each request tracked apart: the loser's native request goes on (it cannot be
+            # stopped from Python) and the engine's close waits for it.
+            call = functools.partial(hedger.run, tracked, size=hedge_bytes, counters=self.counters)
 
         async def one_attempt() -> T:
             sent_at, waited_s = await shaper.acquire()
@@ -207,7 +230,7 @@ class ObstoreStore(BlockingForms):
                         self.counters.add("shaping.wait_ms", round(waited_s * 1000))
                     self.counters.add(f"requests.{op}")
                     try:
-                        result = await self._engine.track(attempt())
+                        result = await call()
                     except Exception as exc:
                         if classify(exc) == "throttle":
                             shaper.throttled(sent_at)
@@ -296,7 +319,7 @@ class ObstoreStore(BlockingForms):
             self.counters.add("bytes.read", len(data))
             return data, size
 
-        return await self._request("get", path, attempt)
+        return await self._request("get", path, attempt, hedge_bytes=end - start)
 
     async def get_async(self, path: str) -> memoryview:
         part = self._options.part_size_bytes
@@ -393,7 +416,8 @@ class ObstoreStore(BlockingForms):
             self.counters.add("bytes.read", sum(len(v) for v in views))
             return views
 
-        return await self._request("get", path, attempt)
+        total = sum(e - s for s, e in zip(starts, ends, strict=True))
+        return await self._request("get", path, attempt, hedge_bytes=total)
 
     async def head_async(self, path: str) -> ObjectMeta:
         async def attempt() -> ObjectMeta:
