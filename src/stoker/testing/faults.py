@@ -13,7 +13,8 @@ length is not announced (chunked):
 * ``"truncate"``: what came before the cut arrives, then a clean close (FIN), short of the
   announced ``Content-Length``;
 * ``"stall"``: what came before the cut arrives, then nothing more, until the client gives up
-  and closes the connection (its timeout) or the proxy stops.
+  and closes the connection (its timeout) or the proxy stops; with ``stall_s``, the whole
+  response is held back that long instead and then delivered (a slow read, not a dead one).
 """
 
 from __future__ import annotations
@@ -58,6 +59,9 @@ class FaultConfig:
             eligible; None means all.
         fault_methods: Only requests with one of these methods are eligible; None means all.
         retry_after_s: Value of the ``Retry-After`` header of "503" and "500" answers.
+        stall_s: With a number, a "stall" holds its response back this many seconds, then
+            delivers it whole; None: a stall lasts until the client gives up.
+        max_faults: Fault at most this many requests, then forward the rest; None: no cap.
     """
 
     fault_rate: float = 0.0
@@ -66,6 +70,8 @@ class FaultConfig:
     fault_paths: str | None = None
     fault_methods: frozenset[str] | None = None
     retry_after_s: int = 0
+    stall_s: float | None = None
+    max_faults: int | None = None
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.fault_rate <= 1.0:
@@ -85,6 +91,10 @@ class FaultConfig:
         after = self.retry_after_s
         if isinstance(after, bool) or not isinstance(after, int) or after < 0:
             raise ValueError(f"FaultConfig.retry_after_s must be an int >= 0, got {after!r}")
+        if self.stall_s is not None and not self.stall_s >= 0:
+            raise ValueError(f"FaultConfig.stall_s must be None or >= 0, got {self.stall_s!r}")
+        if self.max_faults is not None and self.max_faults < 0:
+            raise ValueError(f"FaultConfig.max_faults must be None or >= 0, got {self.max_faults}")
 
 
 class FaultPolicy:
@@ -93,6 +103,7 @@ class FaultPolicy:
     def __init__(self, config: FaultConfig) -> None:
         self.config = config
         self.rng = random.Random(config.seed)
+        self.faults_left = config.max_faults
 
     def choose(self, method: str, target: str) -> str | None:
         """The fault kind for this request, or None to forward it untouched."""
@@ -101,9 +112,12 @@ class FaultPolicy:
             cfg.fault_rate <= 0.0
             or (cfg.fault_methods is not None and method not in cfg.fault_methods)
             or (cfg.fault_paths is not None and cfg.fault_paths not in target)
+            or self.faults_left == 0
             or self.rng.random() >= cfg.fault_rate
         ):
             return None
+        if self.faults_left is not None:
+            self.faults_left -= 1
         return self.rng.choice(cfg.kinds)
 
 

@@ -175,6 +175,20 @@ class NetProxy:
         with state.lock:
             return list(state.seen or [])
 
+    def held_responses(self) -> int:
+        """Open connections whose response a timed stall (``FaultConfig.stall_s``) still
+        holds back: a client that gave up on one closes it, and it is no longer counted."""
+        loop = self._loop
+        if loop is None:
+            return 0
+        now = loop.time()
+        while True:
+            try:  # the proxy's thread may open or close a connection meanwhile
+                relays = list(self._state.relays)
+            except RuntimeError:
+                continue
+            return sum(1 for relay in relays if relay.held_until > now)
+
     def set_faults(self, faults: FaultConfig) -> None:
         """Replace the fault injection, from any thread, for request heads read from now on.
 

@@ -137,6 +137,8 @@ class Relay(asyncio.Protocol):
         self.head_only = False  # that request is a HEAD: its error response has no body
         self.cutter: ResponseCutter | None = None  # spoils the response being received
         self.stalled = False  # a "stall" cut its response: hold the client until it gives up
+        self.hold_s: float | None = None  # a timed "stall": hold the next response this long
+        self.held_until = 0.0  # when the response held back is delivered (loop time)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.client = self.up.src = self.down.dst = cast(asyncio.Transport, transport)
@@ -236,8 +238,11 @@ class Relay(asyncio.Protocol):
         self.head_only = method == "HEAD"
         # A response fault forwards the request; requests are not pipelined, so the next
         # response from the server is this request's.
-        self.cutter = None
-        if fault in RESPONSE_FAULTS:
+        self.cutter, self.hold_s = None, None
+        stall_s = self.proxy.policy.config.stall_s
+        if fault == "stall" and stall_s is not None:
+            self.hold_s, fault = stall_s, None
+        elif fault in RESPONSE_FAULTS:
             self.cutter, fault = ResponseCutter(fault, head_only=self.head_only), None
         self.fault = fault
         self._take(out, head, now)
@@ -300,6 +305,10 @@ class Relay(asyncio.Protocol):
 
     def response_received(self, data: bytes) -> None:
         now = self.loop.time()
+        if self.hold_s is not None:  # deadlines never go backwards: all of it waits
+            self.held_until = now + self.hold_s
+            self.down.last = max(self.down.last, self.held_until)
+            self.hold_s = None
         cutter = self.cutter
         if cutter is None:
             self.down.feed(data, now)
