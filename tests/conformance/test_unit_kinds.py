@@ -4,8 +4,8 @@ folder, records (captions, JSON, npy), windows, a mix, tokens and tokens with do
 Each property is one test body parametrized over ``KINDS``: the order is seeded and
 repeats; two ranks cover every unit once with equal batches; a resume mid-epoch equals the
 uninterrupted rest, also onto another world size; ``TorchLoader`` with two persistent
-workers, ``make_dataset`` and ``JaxLoader`` give the Loader's batches. A new kind joins by
-adding one entry to ``KINDS``.
+workers gives the Loader's batches and resumes as it does; ``make_dataset`` and
+``JaxLoader`` give the Loader's batches. A new kind joins by adding one entry to ``KINDS``.
 
 JAX and TensorFlow run in child processes (this file, run as a script), each reading every
 kind once, as in tests/integrations/test_jax.py: once JAX has started it warns on every
@@ -247,6 +247,27 @@ def test_torch_workers_give_the_loaders_batches_every_epoch(
             expected = run(kind, epoch_number=number)
             assert epoch(loader, kind.ids) == expected
             assert sorted(flat(expected)) == sorted(flat(run(kind)))
+
+
+@pytest.mark.parametrize("name", KINDS)
+def test_torch_workers_resume_mid_epoch_as_the_loader_does(
+    kinds: dict[str, Kind], name: str
+) -> None:
+    from stoker.integrations.torch import TorchLoader
+
+    kind = kinds[name]
+    whole, stop = run(kind), 3
+    settings = {"batch_size": BATCH, "seed": 1, "drop_last": False, **kind.options}
+    with TorchLoader(kind.source, num_workers=2, **settings) as loader:
+        it = iter(loader)
+        seen = [units(next(it), kind.ids) for _ in range(stop)]
+        state = loader.state_dict()
+        it.close()  # type: ignore[attr-defined]
+    assert seen == whole[:stop]
+    assert state["batches"] == stop
+    with TorchLoader(kind.source, num_workers=2, **settings) as resumed:
+        resumed.load_state_dict(state)
+        assert epoch(resumed, kind.ids) == whole[stop:]
 
 
 def child(framework: str, spec: Path, out: Path) -> None:
