@@ -51,7 +51,7 @@ class HedgePolicy:
     """
 
     quantile: float = 0.95
-    multiplier: float = 2.0
+    multiplier: float = 1.5
     min_delay_s: float = 0.05
     min_samples: int = 20
     window: int = 200
