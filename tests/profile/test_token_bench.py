@@ -110,5 +110,8 @@ def test_bench_seq_len_counts_what_crossed_the_wire(s3_bucket: Any, proxy: Any) 
     assert report["token_bytes"] == 3 * batch * (seq_len + 1) * 4  # uint32
     assert report["stream_tokens"] == stream
     assert report["epoch_batches"] == stream // (seq_len + 1) // batch
-    assert 1 <= report["requests"] < after.requests - before.requests
+    # GETs are counted as they start: one the run's end cancelled before it was sent is in
+    # the report and not at the proxy, which also carried the index's two GETs (equal once
+    # in a full run on a busy machine).
+    assert 1 <= report["requests"] <= after.requests - before.requests
     assert report["token_bytes"] <= report["bytes_read"] < after.bytes_down - before.bytes_down
