@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from stoker.format.spec import ARRAYS_NAME, MANIFEST_NAME
+from stoker.testing.children import failures, start_children, stderr_tails
 from stoker.testing.netproxy import LinkConfig, NetProxy, RateLimitConfig
 from stoker.testing.seaweed import SeaweedServer
 
@@ -180,26 +180,10 @@ def run_startup_storm(
             }
             for rank in range(processes)
         ]
-        children = [
-            subprocess.Popen(
-                [sys.executable, str(child), json.dumps(spec)],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-            for spec in specs
-        ]
+        children = start_children(child, specs)
         deadline = time.monotonic() + timeout_s
         _let_go(work, specs, children, deadline)
-        errors = []
-        for process in children:
-            try:
-                _, err = process.communicate(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                process.kill()
-                _, err = process.communicate()
-                err += f"\nkilled after {timeout_s:g} s"
-            errors.append(err[-3000:])
+        errors = stderr_tails(children, deadline=deadline)
         seen = proxy.requests_seen()
     outs = [work / f"rank{rank}.json" for rank in range(processes)]
     reports = [json.loads(out.read_text()) if out.is_file() else {} for out in outs]
@@ -208,6 +192,6 @@ def run_startup_storm(
         limit_per_s=requests_per_s,
         seen=seen,
         exit_codes=[process.returncode for process in children],
-        errors=[e for process, e in zip(children, errors, strict=True) if process.returncode],
+        errors=failures(children, errors),
         reports=reports,
     )

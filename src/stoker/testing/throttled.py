@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from stoker.storage import open_store
+from stoker.testing.children import failures, start_children, stderr_tails
 from stoker.testing.netproxy import LinkConfig, NetProxy, RateLimitConfig
 from stoker.testing.seaweed import SeaweedServer
 
@@ -289,16 +290,8 @@ def run_throttled_ranks(
             for rank in range(ranks)
         ]
         started = time.monotonic()
-        children = [
-            subprocess.Popen(
-                [sys.executable, str(child), json.dumps(spec)],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-            for spec in specs
-        ]
-        errors = [child.communicate()[1][-3000:] for child in children]
+        children = start_children(child, specs)
+        errors = stderr_tails(children)
         seconds = time.monotonic() - started
         stats = proxy.stats()
         counts = list(proxy.prefix_counts().values())
@@ -315,5 +308,5 @@ def run_throttled_ranks(
         seconds=seconds,
         delivered=delivered,
         exit_codes=[child.returncode for child in children],
-        errors=[e for child, e in zip(children, errors, strict=True) if child.returncode],
+        errors=failures(children, errors),
     )
