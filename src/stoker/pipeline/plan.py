@@ -151,8 +151,15 @@ def batches_per_epoch(
 
 
 def _rank_batches(samples: int, world_size: int, batch_size: int, drop_last: DropLast) -> int:
-    n = share_length(samples, world_size=world_size, drop_last=drops_ranks(drop_last))
-    return n // batch_size if drop_last is True else -(-n // batch_size)
+    units = rank_units(samples, world_size=world_size, batch_size=batch_size, drop_last=drop_last)
+    return -(-units // batch_size)
+
+
+def rank_units(units: int, *, world_size: int, batch_size: int, drop_last: DropLast) -> int:
+    """Units one rank delivers in a full epoch of ``units``: its share (padding included),
+    less the last incomplete batch with ``drop_last=True``."""
+    n = share_length(units, world_size=world_size, drop_last=drops_ranks(drop_last))
+    return n - n % batch_size if drop_last is True else n
 
 
 def warn_if_small(units: int, *, world: World, batch_size: int, url: str) -> None:

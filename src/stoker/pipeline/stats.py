@@ -10,7 +10,8 @@ from dataclasses import dataclass, field, replace
 from stoker.core.metrics import Stage, StageTotals, add_durations, merge_snapshots
 from stoker.core.pricing import EpochCost, StoragePrices
 from stoker.core.units import format_bytes
-from stoker.pipeline.order import EpochOrder, share_length
+from stoker.pipeline.order import EpochOrder
+from stoker.pipeline.plan import DropLast, rank_units
 from stoker.pipeline.world import World
 from stoker.storage.base import Store
 
@@ -238,13 +239,12 @@ def format_stats(stats: LoaderStats) -> str:
 
 
 def samples_per_epoch(
-    order: EpochOrder, *, world: World, batch_size: int, drop_last: bool | str
+    order: EpochOrder, *, world: World, batch_size: int, drop_last: DropLast
 ) -> int:
     """Samples one rank delivers in a full epoch of ``order``: its share (padding included),
     less the last incomplete batch with ``drop_last``; not batches times ``batch_size``."""
-    dropping = drop_last is True or drop_last == "ranks"
-    n = share_length(len(order.samples), world_size=world.world_size, drop_last=dropping)
-    return n - n % batch_size if drop_last is True else n
+    size, drop = world.world_size, drop_last
+    return rank_units(len(order.samples), world_size=size, batch_size=batch_size, drop_last=drop)
 
 
 class ProgressLog:

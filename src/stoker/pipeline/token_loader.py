@@ -22,8 +22,8 @@ from stoker.format.reader import ShardDataset
 from stoker.pipeline.autotune import AutotuneConfig
 from stoker.pipeline.config import AdapterOptions, CacheConfig, LoaderOptions, SourceConfig
 from stoker.pipeline.loader import Loader
-from stoker.pipeline.order import OrderConfig, share_length
-from stoker.pipeline.plan import DropLast
+from stoker.pipeline.order import OrderConfig
+from stoker.pipeline.plan import DropLast, rank_units
 from stoker.pipeline.source import Source
 from stoker.pipeline.sources import SourceLike, mix_parts
 from stoker.pipeline.token_batcher import TokenConfig
@@ -163,11 +163,11 @@ class TokenLoader(Loader):
 
 
 def epoch_sequences(source: Source, *, world: World, batch_size: int, drop_last: DropLast) -> int:
-    """Sequences of ``source`` all ranks of ``world`` deliver in a full epoch."""
-    each = share_length(source.units(), world_size=world.world_size, drop_last=True)
-    if drop_last is True:  # whole batches only
-        each -= each % batch_size
-    return each * world.world_size
+    """Sequences of ``source`` all ranks of ``world`` deliver in a full epoch (ranks evened
+    out by drops, never repeats: ``drop_last`` other than true is ``"ranks"``)."""
+    drop: DropLast = True if drop_last is True else "ranks"
+    size = world.world_size
+    return size * rank_units(source.units(), world_size=size, batch_size=batch_size, drop_last=drop)
 
 
 def token_drop_last(drop_last: bool) -> DropLast:
