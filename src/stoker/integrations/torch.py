@@ -237,8 +237,8 @@ class TorchLoader:
                 multiprocessing_context=self.multiprocessing_context,
                 collate_fn=_as_delivered,
             )
-        arrivals = self._arrivals()
-        start = self.dataset.resume or self.dataset.fresh_state()
+        start = self.dataset.resume or self.dataset.fresh_state()  # what the workers read
+        arrivals = self._arrivals(start)
         self._skips.restart(int(start["epoch"]), int(start.get("skipped", 0)))
         resumed = time.perf_counter()
         batches = iter(self._workers)
@@ -276,12 +276,10 @@ class TorchLoader:
         if not self.persistent_workers:
             self._stop_workers()
 
-    def _arrivals(self) -> Arrivals:
-        """What the workers' batches of this iteration must be: from where they start (a
-        state of another world size counts the rest of its epoch anew) to the epoch's end."""
-        fresh = self.dataset.fresh_state()
-        start = self.dataset.resume or fresh  # what the workers read
-        counted = not start["segments"] and start["world_size"] == fresh["world_size"]
+    def _arrivals(self, start: dict[str, Any]) -> Arrivals:
+        """What the workers' batches of this iteration must be: from ``start`` (a state of
+        another world size counts the rest of its epoch anew) to the epoch's end."""
+        counted = not start["segments"] and start["world_size"] == self.world.world_size
         return Arrivals(
             self.num_workers,
             epoch=int(start["epoch"]),
