@@ -39,6 +39,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from reports import write_report
 from stoker.errors import CorruptShardError
 from stoker.format.reader import open_dataset
 from stoker.format.spec import PACK_STATE_DIR
@@ -53,7 +54,6 @@ from stoker.testing.netproxy import FAULT_KINDS, FaultConfig, LinkConfig, NetPro
 from stoker.testing.seaweed import SeaweedServer
 
 BUCKET = "bench-reliability"
-OUT = Path(__file__).resolve().parent / "out"
 LISTING_CHILD = (
     Path(__file__).resolve().parent.parent / "tests" / "reliability" / "listing_child.py"
 )
@@ -403,7 +403,6 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=2024, help="seed of the fault decisions")
     parser.add_argument("--objects", type=int, default=1_000_000, help="simulated listing")
     args = parser.parse_args()
-    OUT.mkdir(parents=True, exist_ok=True)
     faults = FaultConfig(fault_rate=args.fault_rate, kinds=FAULT_KINDS, seed=args.seed)
     results: dict[str, Any] = {
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count()},
@@ -429,9 +428,7 @@ def main() -> int:
     results["listing"] = run_listing(args.objects)
     print("listing", json.dumps(results["listing"]), flush=True)
     table = _table(results)
-    (OUT / "reliability.json").write_text(json.dumps(results, indent=2))
-    (OUT / "reliability.md").write_text(table + "\n")
-    print(table)
+    write_report("reliability", results, table)
     return 0
 
 

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from reports import write_report
 from stoker.pack.packer import PackConfig, pack
 from stoker.pipeline.loader import Loader
 from stoker.pipeline.order import OrderConfig
@@ -40,7 +41,6 @@ from stoker.testing.netproxy import FaultConfig, LinkConfig, NetProxy
 from stoker.testing.seaweed import SeaweedServer
 
 BUCKET = "bench-slow-reads"
-OUT = Path(__file__).resolve().parent / "out"
 STALL_S = 2.0
 STALL_RATE = 0.01
 
@@ -135,7 +135,6 @@ def main() -> int:
         "--multiplier", type=float, default=HedgePolicy().multiplier, help="HedgePolicy's"
     )
     args = parser.parse_args()
-    OUT.mkdir(parents=True, exist_ok=True)
     policy = HedgePolicy(multiplier=args.multiplier)
     runs: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp, SeaweedServer() as server:
@@ -169,9 +168,7 @@ def main() -> int:
         "runs": runs,
     }
     table = _table(runs)
-    (OUT / "slow_reads.json").write_text(json.dumps(results, indent=2))
-    (OUT / "slow_reads.md").write_text(table + "\n")
-    print(table)
+    write_report("slow_reads", results, table)
     return 0
 
 

@@ -28,7 +28,6 @@ Writes benchmarks/out/startup_storm.json and benchmarks/out/startup_storm.md.
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import shutil
 import sys
@@ -37,12 +36,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from reports import write_report
 from stoker.pack.packer import PackConfig, pack
 from stoker.testing.images import write_image_folder
 from stoker.testing.seaweed import SeaweedServer
 from stoker.testing.storm import run_startup_storm
 
-OUT = Path(__file__).resolve().parent / "out"
 CHILD = Path(__file__).resolve().parent.parent / "tests" / "reliability" / "startup_child.py"
 BUCKET = "bench-storm"
 
@@ -113,7 +112,6 @@ def main() -> int:
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     table = "\n".join(header + lines)
-    OUT.mkdir(exist_ok=True)
     report = {
         "python": sys.version.split()[0],
         "platform": platform.platform(),
@@ -122,9 +120,7 @@ def main() -> int:
         "runs": runs,
         "seconds": round(time.perf_counter() - started, 1),
     }
-    (OUT / "startup_storm.json").write_text(json.dumps(report, indent=2) + "\n")
-    (OUT / "startup_storm.md").write_text(table + "\n")
-    print(table)
+    write_report("startup_storm", report, table)
     return 0
 
 

@@ -26,7 +26,6 @@ Writes benchmarks/out/throttle.json and benchmarks/out/throttle.md.
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import sys
 import tempfile
@@ -34,6 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from reports import write_report
 from stoker.pack.packer import PackConfig, pack
 from stoker.storage import open_store
 from stoker.testing.images import write_image_folder
@@ -45,7 +45,6 @@ from stoker.testing.throttled import (
     run_throttled_ranks,
 )
 
-OUT = Path(__file__).resolve().parent / "out"
 CHILD = Path(__file__).resolve().parent.parent / "tests" / "reliability" / "throttled_rank_child.py"
 BUCKET = "bench-throttle"
 
@@ -137,7 +136,6 @@ def main() -> int:
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     table = "\n".join(header + lines)
-    OUT.mkdir(exist_ok=True)
     report = {
         "python": sys.version.split()[0],
         "platform": platform.platform(),
@@ -145,9 +143,7 @@ def main() -> int:
         "runs": results,
         "seconds": round(time.perf_counter() - started, 1),
     }
-    (OUT / "throttle.json").write_text(json.dumps(report, indent=2) + "\n")
-    (OUT / "throttle.md").write_text(table + "\n")
-    print(table)
+    write_report("throttle", report, table)
     return 0
 
 
