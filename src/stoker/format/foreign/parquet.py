@@ -192,8 +192,10 @@ class ParquetReader:
             check_rows(location, self._size(location), parquet.metadata)
         refs: list[SampleRef] = []
         decoded_bytes = groups = 0
+        columns = self._class_columns()
         for (location, _), stem in zip(files, stems, strict=True):
-            labels = self._numbered_labels(location)
+            column = columns.pop(location) if location in columns else self._label_column(location)
+            labels = self._numbered_labels(location, column)
             metadata = self._open(location)[0].metadata
             row = 0
             for group in range(metadata.num_row_groups):
@@ -298,22 +300,38 @@ class ParquetReader:
                 raise SourceError(f"{location}: cannot read column {rule.column!r}: {exc}") from exc
         return rule.column, plain_array(table.column(0)).to_pylist()
 
-    def _class_index(self) -> dict[str, int]:
-        """The label of each class name of a column of string labels (read once)."""
+    def _class_columns(self) -> dict[str, tuple[str, list[Any]] | None]:
+        """Each file's label column where the class names are still to be found from them
+        (string labels, no names given), kept for numbering; else none read."""
+        known = self._label_index is not None or self._given_names is not None
+        if known or not self._string_labels():
+            return {}
+        columns = self._label_columns()
+        self._class_index(columns)
+        return columns
+
+    def _label_columns(self) -> dict[str, tuple[str, list[Any]] | None]:
+        return {location: self._label_column(location) for location in self.files()}
+
+    def _class_index(
+        self, columns: Mapping[str, tuple[str, list[Any]] | None] | None = None
+    ) -> dict[str, int]:
+        """The label of each class name of a column of string labels (read once, unless
+        each file's label column is given in ``columns``)."""
         if self._label_index is None:
-            columns = (
-                []
-                if self._given_names is not None
-                else [c[1] for c in map(self._label_column, self.files()) if c is not None]
-            )
-            names = class_index(self._given_names, columns)
+            values: list[list[Any]] = []
+            if self._given_names is None:
+                found = self._label_columns() if columns is None else columns
+                values = [c[1] for c in found.values() if c is not None]
+            names = class_index(self._given_names, values)
             if self._given_names is None:
                 self._names = tuple(names)
             self._label_index = {name: label for label, name in enumerate(names)}
         return self._label_index
 
-    def _numbered_labels(self, location: str) -> list[int] | None:
-        column = self._label_column(location)
+    def _numbered_labels(
+        self, location: str, column: tuple[str, list[Any]] | None
+    ) -> list[int] | None:
         if column is None:
             return None
         index = self._class_index() if self._string_labels() else None
