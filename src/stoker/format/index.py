@@ -237,27 +237,13 @@ def read_index(
     """
     where = f"{store.url}/{MANIFEST_NAME}"
     try:
-        if cache is None:
-            raw = bytes(store.get(MANIFEST_NAME))
-        else:
-            shared = CachedStore(store, cache)
-            if shared.size_of(MANIFEST_NAME) > max_manifest_bytes:  # refused unread
-                raise ShardFormatError(
-                    f"{where}: {shared.size_of(MANIFEST_NAME):,} bytes, more than an index "
-                    f"may be ({max_manifest_bytes:,}); not parsed"
-                )
-            raw = bytes(shared.get_whole(MANIFEST_NAME))
+        raw = _get_manifest(store, cache, max_manifest_bytes, where=where)
     except BucketNotFoundError:  # its message names the bucket or folder: say that
         raise
     except FileNotFoundError as exc:
         raise FileNotFoundError(
             f"{where}: no index; is this a packed stoker dataset, and did its pack finish?"
         ) from exc
-    if len(raw) > max_manifest_bytes:
-        raise ShardFormatError(
-            f"{where}: {len(raw):,} bytes, more than an index may be "
-            f"({max_manifest_bytes:,}); not parsed"
-        )
     try:
         manifest = json.loads(raw)
     except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError, nesting
@@ -334,6 +320,30 @@ def read_index(
         raise ShardFormatError(f"{where}: sample counts disagree with {ARRAYS_NAME}")
     _check_layout(index, where=arrays_where)
     return index
+
+
+def _get_manifest(
+    store: Store, cache: DiskCache | None, max_manifest_bytes: int, *, where: str
+) -> bytes:
+    """``index.json``'s bytes, through ``cache`` if given (one larger than
+    ``max_manifest_bytes`` is refused: through the cache, unread).
+
+    Raises:
+        ShardFormatError: It is larger than ``max_manifest_bytes``.
+    """
+    if cache is None:
+        raw = bytes(store.get(MANIFEST_NAME))
+        size = len(raw)
+    else:
+        shared = CachedStore(store, cache)
+        size = shared.size_of(MANIFEST_NAME)
+        raw = b"" if size > max_manifest_bytes else bytes(shared.get_whole(MANIFEST_NAME))
+    if size > max_manifest_bytes:
+        raise ShardFormatError(
+            f"{where}: {size:,} bytes, more than an index may be "
+            f"({max_manifest_bytes:,}); not parsed"
+        )
+    return raw
 
 
 def _checked(value: object, kind: type[T], what: str) -> T:
