@@ -39,7 +39,8 @@ def test_a_piped_batch_carries_every_tensor_as_it_was() -> None:
 
 
 def test_a_batch_lost_on_the_way_is_an_error() -> None:
-    arrivals = Arrivals(2, epoch=3, position=0, total=6)
+    arrivals = Arrivals(2)
+    arrivals.restart(epoch=3, position=0, total=6)
     arrivals.received({"label": torch.zeros(1)}, _state(3, 1))
     arrivals.received({"label": torch.zeros(1)}, _state(3, 2))
     with pytest.raises(RuntimeError, match=r"batch 2 of epoch 3 \(counted from 0\) never arrived"):
@@ -47,7 +48,8 @@ def test_a_batch_lost_on_the_way_is_an_error() -> None:
 
 
 def test_an_epoch_whose_last_batches_never_came_is_an_error() -> None:
-    arrivals = Arrivals(2, epoch=0, position=2, total=5)  # resumed after 2 batches
+    arrivals = Arrivals(2)
+    arrivals.restart(epoch=0, position=2, total=5)  # resumed after 2 batches
     arrivals.received({"label": torch.zeros(1)}, _state(0, 3))
     with pytest.raises(RuntimeError, match="batches 3 to 4 of epoch 0"):
         arrivals.ended()
@@ -55,7 +57,8 @@ def test_an_epoch_whose_last_batches_never_came_is_an_error() -> None:
 
 def test_an_epoch_resumed_on_another_world_size_counts_from_its_first_batch() -> None:
     # Its batches are counted anew from the samples the old ranks left.
-    arrivals = Arrivals(2, epoch=0, position=None, total=None)
+    arrivals = Arrivals(2)
+    arrivals.restart(epoch=0, position=None, total=None)
     arrivals.received({"label": torch.zeros(1)}, _state(0, 1))
     arrivals.received({"label": torch.zeros(1)}, _state(0, 2))
     with pytest.raises(RuntimeError, match="batch 2 of epoch 0"):

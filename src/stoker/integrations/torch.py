@@ -150,7 +150,7 @@ class TorchLoader:
         self._record = RunRecord(in_process=num_workers == 0)
         # With workers, the failure budget of the rank is held here, over all of them.
         self._skips = SkipBudget(options.get("decode") or DecodeConfig(), source=self.dataset)
-        self._piped_warned = False  # said that /dev/shm is too small for the batches
+        self._arrivals = Arrivals(num_workers)  # the workers' batches, checked as they come
         # Weak: the iteration refers to this loader, and a cycle would leave an abandoned
         # one to the garbage collector, which may close it on any thread at any time.
         self._running: weakref.ref[Generator[dict[str, Any], None, None]] | None = None
@@ -238,7 +238,7 @@ class TorchLoader:
                 collate_fn=_as_delivered,
             )
         start = self.dataset.resume or self.dataset.fresh_state()  # what the workers read
-        arrivals = self._arrivals(start)
+        arrivals = self._expect(start)
         self._skips.restart(int(start["epoch"]), int(start.get("skipped", 0)))
         resumed = time.perf_counter()
         batches = iter(self._workers)
@@ -257,7 +257,6 @@ class TorchLoader:
                     'without an `if __name__ == "__main__":` guard is the usual cause'
                 ) from exc
             batch = arrivals.received(piece, state)
-            self._piped_warned = arrivals.warned
             now = time.perf_counter()
             self._record.report(report)
             # The epoch's skips over every worker: past the budget, this batch is not given.
@@ -276,17 +275,16 @@ class TorchLoader:
         if not self.persistent_workers:
             self._stop_workers()
 
-    def _arrivals(self, start: dict[str, Any]) -> Arrivals:
-        """What the workers' batches of this iteration must be: from ``start`` (a state of
-        another world size counts the rest of its epoch anew) to the epoch's end."""
+    def _expect(self, start: dict[str, Any]) -> Arrivals:
+        """The arrivals of this iteration's batches: from ``start`` (a state of another
+        world size counts the rest of its epoch anew) to the epoch's end."""
         counted = not start["segments"] and start["world_size"] == self.world.world_size
-        return Arrivals(
-            self.num_workers,
+        self._arrivals.restart(
             epoch=int(start["epoch"]),
             position=int(start["batches"]) if counted else None,
             total=len(self) if counted else None,
-            warned=self._piped_warned,
         )
+        return self._arrivals
 
     def _prepare(self, batch: dict[str, Any]) -> dict[str, Any]:
         """Pin and move the batch's tensors (those in a list too); the rest stays as it is."""

@@ -172,34 +172,32 @@ def warn_piped(batch: PipedBatch, workers: int) -> None:
 
 
 class Arrivals:
-    """The batches of one iteration as they reach the training process from the workers:
+    """The batches of each iteration as they reach the training process from the workers:
     each must be the epoch's next (a batch lost on the way is an error, not an epoch with
-    samples missing), and those sent by value become tensors again.
+    samples missing), and those sent by value become tensors again (said once a loader).
 
     Args:
         workers: The DataLoader's worker processes (for messages).
-        epoch: The epoch they are of.
-        position: Batches of the epoch delivered before the first, or None where the
-            first to arrive sets the count (an epoch resumed on another world size counts
-            its batches anew, from the samples the old ranks left).
-        total: Batches of the whole epoch, or None where that is not known.
-        warned: Whether the warning of batches sent by value was given already.
     """
 
-    def __init__(
-        self,
-        workers: int,
-        *,
-        epoch: int,
-        position: int | None,
-        total: int | None,
-        warned: bool = False,
-    ) -> None:
+    def __init__(self, workers: int) -> None:
         self.workers = workers
-        self.warned = warned  # the training process was told of batches sent by value
-        self.epoch = epoch
-        self.position = position  # the epoch's batches delivered
-        self.total = total
+        self.warned = False  # the training process was told of batches sent by value
+        self.epoch = 0
+        self.position: int | None = None  # the epoch's batches delivered
+        self.total: int | None = None
+
+    def restart(self, *, epoch: int, position: int | None, total: int | None) -> None:
+        """Expect an iteration's batches.
+
+        Args:
+            epoch: The epoch they are of.
+            position: Batches of the epoch delivered before the first, or None where the
+                first to arrive sets the count (an epoch resumed on another world size
+                counts its batches anew, from the samples the old ranks left).
+            total: Batches of the whole epoch, or None where that is not known.
+        """
+        self.epoch, self.position, self.total = epoch, position, total
 
     def received(self, batch: Any, state: dict[str, Any]) -> dict[str, Any]:
         """The batch, as tensors.
