@@ -151,7 +151,7 @@ class ImageFolderReader:
 
             return await asyncio.gather(*(one(p) for p in prefixes))
 
-        metas = [meta for meta in top.objects if not _hidden(meta.key)]
+        metas = list(top.objects)  # hidden ones are left out below, with the folders' own
         if prefixes:
             for part in store.engine.run(list_all()):
                 metas.extend(part)
