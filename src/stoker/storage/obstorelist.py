@@ -65,7 +65,8 @@ class ObstoreListing:
         options: Its options (``timeout_s`` sets the deadlines).
         client: This process's obstore client of the store.
         request: Sends one listing request of the store's (``request(prefix, attempt)``):
-            paced, retried and counted.
+            paced, retried and counted; a :class:`~stoker.errors.ListingStalledError` is
+            neither retried (asking again would loop again) nor reworded.
     """
 
     def __init__(
@@ -79,7 +80,7 @@ class ObstoreListing:
         self._url = url
         self._options = options
         self._client = client
-        self._send = request
+        self._request = request
         self._watch = url.scheme != "file"  # a local folder cannot page in a loop
 
     def _where(self, prefix: str) -> str:
@@ -112,22 +113,6 @@ class ObstoreListing:
                 f"profile"
             ) from exc
         return rooted
-
-    async def _request(self, prefix: str, attempt: Callable[[], Awaitable[Any]]) -> Any:
-        # A stalled listing is neither retried (it would loop again) nor reworded.
-        found: list[ListingStalledError] = []
-
-        async def once() -> Any:
-            try:
-                return await attempt()
-            except ListingStalledError as exc:
-                found.append(exc)
-                return None
-
-        result = await self._send(prefix, once)
-        if found:
-            raise found[-1]
-        return result
 
     async def _probe(self, prefix: str, after: str | None) -> None:
         rooted = self.rooted()

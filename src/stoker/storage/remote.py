@@ -27,6 +27,7 @@ from stoker.errors import (
     BucketNotFoundError,
     CredentialsError,
     EndpointError,
+    ListingStalledError,
     ObjectNotFoundError,
     RetriesExhaustedError,
     StorageError,
@@ -251,7 +252,7 @@ class ObstoreStore(BlockingForms):
                 counters=self.counters,
                 what=f"{op.upper()} {self._url.child(path)}",
             )
-        except _RangeBeyondEnd:
+        except (_RangeBeyondEnd, ListingStalledError):  # already says what and where
             raise
         except Exception as exc:
             raise self._map_error(exc, op, path) from exc

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Literal, TypeVar
 
 from stoker.core.metrics import Counters
+from stoker.errors import ListingStalledError
 
 logger = logging.getLogger(__name__)
 
@@ -124,6 +125,8 @@ def classify(exc: BaseException) -> ErrorKind:
     """Sort an exception from obstore (or our own checks) into an :data:`ErrorKind`."""
     if isinstance(exc, ShortBodyError):
         return "short_body"
+    if isinstance(exc, ListingStalledError):  # the server pages in a loop: asking again loops
+        return "other"
     if isinstance(exc, FileNotFoundError):
         return "not_found"
     if isinstance(exc, TimeoutError):
