@@ -114,11 +114,6 @@ class Hedger:
         self._classes: dict[int, _LatencyClass] = {}
         self._tokens = 0.0
 
-    def delay_s(self, size: int) -> float | None:
-        """How long a read of ``size`` bytes waits before its hedge; None: not hedged yet."""
-        latency = self._classes.get(_size_class(size))
-        return None if latency is None else latency.delay_s
-
     def _latency(self, size: int) -> _LatencyClass:
         key = _size_class(size)
         latency = self._classes.get(key)
@@ -155,13 +150,11 @@ class Hedger:
                 return result
             counters.add("requests.hedged")
             tasks.append(asyncio.ensure_future(attempt()))
-            error: BaseException | None = None
+            errors: list[BaseException] = []
             pending = set(tasks)
             while pending:
                 done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                for task in tasks:  # the first request wins a tie
-                    if task not in done:
-                        continue
+                for task in (t for t in tasks if t in done):  # the first request wins a tie
                     failure = task.exception()
                     if failure is None:
                         if task is not first:
@@ -170,10 +163,8 @@ class Hedger:
                         # tracker honest when the store as a whole slows down.
                         latency.observe(time.monotonic() - started, policy)
                         return task.result()
-                    error = error or failure
-            if error is None:  # cannot happen: both ended, neither with a result
-                raise RuntimeError("a hedged read ended with neither a result nor an error")
-            raise error
+                    errors.append(failure)
+            raise errors[0]  # both failed
         finally:
             for task in tasks:
                 task.cancel()
