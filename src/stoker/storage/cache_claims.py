@@ -22,11 +22,23 @@ import os
 import re
 import stat
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+
+#: How long a process waits for an entry another process is fetching before fetching it too.
+CLAIM_WAIT_S = 30.0
 
 _NAME = re.compile(r"[0-9a-f]{64}")
 _NO_LINK_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+
+
+def poll_pauses() -> Iterator[float]:
+    """The pauses between looks at the cache while another process holds a claim: from
+    2 ms, doubling to 50 ms."""
+    pause = 0.002
+    while True:
+        yield pause
+        pause = min(pause * 2, 0.05)
 
 
 class Claim:

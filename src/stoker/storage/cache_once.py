@@ -14,16 +14,13 @@ import time
 from collections.abc import Callable
 
 from stoker.storage.cache import DiskCache
+from stoker.storage.cache_claims import CLAIM_WAIT_S, poll_pauses
 
 logger = logging.getLogger(__name__)
 
-#: The pauses between looks at the cache while waiting: from the first, doubling to the last.
-_FIRST_POLL_S = 0.002
-_LAST_POLL_S = 0.05
-
 
 def fetch_once(
-    cache: DiskCache, key: str, fetch: Callable[[], bytes], *, wait_s: float = 30.0
+    cache: DiskCache, key: str, fetch: Callable[[], bytes], *, wait_s: float = CLAIM_WAIT_S
 ) -> bytes:
     """The entry for ``key``: from ``cache``, or made by ``fetch`` in one process of the node
     and stored there while the others wait for it.
@@ -36,7 +33,7 @@ def fetch_once(
         wait_s: Longest wait for another process's fetch before fetching here too.
     """
     deadline = time.monotonic() + wait_s
-    pause = _FIRST_POLL_S
+    pauses = poll_pauses()
     waiting = False
     while True:
         if not waiting or cache.contains(key):  # a miss is counted once, not every look
@@ -67,5 +64,4 @@ def fetch_once(
             )
             cache.counters.add("cache.wait_timeouts")
             return fetch()
-        time.sleep(pause)
-        pause = min(pause * 2, _LAST_POLL_S)
+        time.sleep(next(pauses))

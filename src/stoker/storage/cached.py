@@ -32,7 +32,7 @@ from stoker.storage.base import (
 )
 from stoker.storage.blocking import BlockingForms
 from stoker.storage.cache import DiskCache
-from stoker.storage.cache_claims import Claim
+from stoker.storage.cache_claims import CLAIM_WAIT_S, Claim, poll_pauses
 from stoker.storage.cache_pages import (
     Page,
     PageBytes,
@@ -48,11 +48,6 @@ from stoker.storage.wrapper import StoreWrapper
 
 logger = logging.getLogger(__name__)
 
-#: How long a read waits for a page another process is fetching before fetching it too.
-CLAIM_WAIT_S = 30.0
-#: The pauses between looks at the cache while waiting: from the first, doubling to the last.
-_FIRST_POLL_S = 0.002
-_LAST_POLL_S = 0.05
 _UNBOUNDED = 1 << 62
 
 
@@ -308,7 +303,7 @@ class CachedStore(StoreWrapper, BlockingForms):
         if busy:
             self.cache.counters.add("cache.waits", len(busy))
         deadline = time.monotonic() + self.claim_wait_s
-        pause = _FIRST_POLL_S
+        pauses = poll_pauses()
         while True:
             if ready:
                 hits = await asyncio.to_thread(self._read_cached, keys, ready, wanted, size)
@@ -335,8 +330,7 @@ class CachedStore(StoreWrapper, BlockingForms):
                 )
                 got.update(await self._fetch(path, size, keys, busy, claims))
                 return got
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, _LAST_POLL_S)
+            await asyncio.sleep(next(pauses))
             claimed, busy, ready = await asyncio.to_thread(self._poll, keys, busy)
             claims.update(claimed)
             got.update(await self._fetch(path, size, keys, sorted(claimed), claims))
