@@ -224,24 +224,12 @@ class TorchLoader:
             for batch, state, _ in self.dataset:
                 yield batch, state
             return
-        if self._workers is None:
-            refuse_bootstrap(f"TorchLoader(num_workers={self.num_workers})")
-            self._worker_cache.open(
-                self.dataset.options, self.dataset.source, workers=self.num_workers
-            )
-            self._workers = DataLoader(
-                self.dataset,
-                batch_size=None,
-                num_workers=self.num_workers,
-                persistent_workers=self.persistent_workers,
-                multiprocessing_context=self.multiprocessing_context,
-                collate_fn=_as_delivered,
-            )
+        workers = self._start_workers()
         start = self.dataset.resume or self.dataset.fresh_state()  # what the workers read
         arrivals = self._expect(start)
         self._skips.restart(int(start["epoch"]), int(start.get("skipped", 0)))
         resumed = time.perf_counter()
-        batches = iter(self._workers)
+        batches = iter(workers)
         while True:
             try:
                 piece, state, report = next(batches)
@@ -274,6 +262,23 @@ class TorchLoader:
             self._record.stepped(now, resumed)
         if not self.persistent_workers:
             self._stop_workers()
+
+    def _start_workers(self) -> DataLoader[Any]:
+        """The DataLoader of the workers, made on first use (and after they stopped)."""
+        if self._workers is None:
+            refuse_bootstrap(f"TorchLoader(num_workers={self.num_workers})")
+            self._worker_cache.open(
+                self.dataset.options, self.dataset.source, workers=self.num_workers
+            )
+            self._workers = DataLoader(
+                self.dataset,
+                batch_size=None,
+                num_workers=self.num_workers,
+                persistent_workers=self.persistent_workers,
+                multiprocessing_context=self.multiprocessing_context,
+                collate_fn=_as_delivered,
+            )
+        return self._workers
 
     def _expect(self, start: dict[str, Any]) -> Arrivals:
         """The arrivals of this iteration's batches: from ``start`` (a state of another
