@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import itertools
 import logging
 import operator
@@ -99,12 +98,13 @@ class KeyOrders:
             name: None if after is None else _sort_bytes(name, after) for name in ORDERS
         }
 
-    def keep(self, holds: Callable[[Callable[[bytes], bytes]], bool]) -> bool:
-        """Keep the orders for which ``holds(sort)`` is true; whether one is left."""
+    def past(self, keys: Sequence[bytes], after: bytes) -> bool:
+        """Keep the orders in which every one of ``keys`` (one page's) is past ``after``;
+        whether one is left."""
         kept = {
             name: high
             for name, high in self._highest.items()
-            if holds(functools.partial(_sort_bytes, name))
+            if min(_sort_bytes(name, key) for key in keys) > _sort_bytes(name, after)
         }
         self._highest = kept or self._highest
         return bool(kept)

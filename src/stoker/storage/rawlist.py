@@ -236,10 +236,7 @@ class _Progress:
             raise self._fail(f"listed {short(outside)}, which is not under the prefix")
         if keys:
             order = [key_bytes(k) for k in keys]
-            after = self._after
-            if after is not None and not self._orders.keep(
-                lambda sort: min(map(sort, order)) > sort(after)
-            ):
+            if self._after is not None and not self._orders.past(order, self._after):
                 early = keys[order.index(min(order))]
                 raise self._fail(
                     f"ignored start-after: after {short(self._start_after)} it listed "
