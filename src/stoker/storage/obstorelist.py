@@ -150,7 +150,8 @@ class ObstoreListing:
                 self._client(), prefix.strip("/") or None, offset=state.last, chunk_size=_LIST_PAGE
             )
             state.stream = stream.__aiter__()
-            state.order = ChunkOrder(self._where(prefix), prefix, state.last)
+            if self._url.scheme == "s3":  # the orders ChunkOrder knows are S3's and a filer's
+                state.order = ChunkOrder(self._where(prefix), prefix, state.last)
         try:
             chunk = await self._chunk(state)
         except ListingStalledError:
@@ -162,7 +163,7 @@ class ObstoreListing:
         if chunk is None:
             return None
         metas = [meta_of(m) for m in chunk]
-        if self._watch and self._url.scheme == "s3" and state.order is not None:
+        if state.order is not None:
             try:
                 state.order.check([m.key for m in metas])
             except ListingStalledError:
@@ -233,6 +234,6 @@ class _Pages:
         self.prefix = prefix
         self.last: str | None = None  # the last key yielded
         self.stream: Any = None  # obstore's chunks, until a page fails
-        self.order: ChunkOrder | None = None
+        self.order: ChunkOrder | None = None  # None: chunks not checked (not S3)
         self.raw: RootedLister | None = None  # once obstore refused a page
         self.done = False  # the raw listing's last page was read
