@@ -69,6 +69,17 @@ def server(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> I
         yield running
 
 
+def _options(endpoint: str, **more: Any) -> dict[str, Any]:
+    # ENV's credentials, as storage_options.
+    return {
+        "endpoint_url": endpoint,
+        "access_key_id": "test-key",
+        "secret_access_key": "test-secret",
+        "region": "us-east-1",
+        **more,
+    }
+
+
 def _command(name: str, tmp: Path) -> list[str]:
     src = tmp / "src"
     src.mkdir()
@@ -106,12 +117,7 @@ def test_a_command_ends_with_a_named_error(server: Any, command: str, tmp_path: 
 
 
 def test_the_folder_loader_ends_with_a_named_error(server: Any) -> None:
-    options = {
-        "endpoint_url": server.endpoint,
-        "access_key_id": "test-key",
-        "secret_access_key": "test-secret",
-        "region": "us-east-1",
-    }
+    options = _options(server.endpoint)
     with pytest.raises(ListingStalledError) as info:
         Loader("s3://bucket/p", batch_size=2, storage_options=options)
     _check(server, str(info.value))
@@ -127,13 +133,7 @@ def test_without_a_probe_a_listing_ends_at_its_deadline(
     monkeypatch.setattr(listguard, "PROBE_AFTER_S", 0.05)
     monkeypatch.setattr(RawLister, "for_store", classmethod(lambda cls, native, **kw: None))
     with ListingServer(_empty_pages, bait=False, max_requests=100_000) as running:
-        options = {
-            "endpoint_url": running.endpoint,
-            "access_key_id": "test-key",
-            "secret_access_key": "test-secret",
-            "region": "us-east-1",
-            "timeout_s": 0.2,
-        }
+        options = _options(running.endpoint, timeout_s=0.2)
         store = open_store("s3://bucket/p", storage_options=options)
         with pytest.raises(ListingStalledError, match=r"sent no new keys within (0.4|1) s"):
             store.list_dir("") if level else list(store.list())
@@ -146,12 +146,7 @@ def test_a_chunk_out_of_order_is_named_when_no_probe_can_run(
     monkeypatch.setattr(RawLister, "for_store", classmethod(lambda cls, native, **kw: None))
     page = listing_page([f"p/{i % 7:03d}" for i in range(1000)], truncated=True, token="t")
     with ListingServer([page], bait=False) as running:
-        options = {
-            "endpoint_url": running.endpoint,
-            "access_key_id": "test-key",
-            "secret_access_key": "test-secret",
-            "region": "us-east-1",
-        }
+        options = _options(running.endpoint)
         store = open_store("s3://bucket/p", storage_options=options)
         with pytest.raises(StorageError, match=r"listed '000' after '006', out of order"):
             list(store.list())
@@ -177,12 +172,7 @@ def test_a_listing_that_moves_on_slowly_is_listed_whole(monkeypatch: pytest.Monk
         )
 
     with ListingServer(script, bait=False) as running:
-        options = {
-            "endpoint_url": running.endpoint,
-            "access_key_id": "test-key",
-            "secret_access_key": "test-secret",
-            "region": "us-east-1",
-        }
+        options = _options(running.endpoint)
         store = open_store("s3://bucket/p", storage_options=options)
         listed = [m.key for m in store.list()]
         level = store.list_dir("")
