@@ -100,8 +100,16 @@ def test_the_child_of_a_parent_that_used_obstore_loads_its_own(s3_bucket: Any) -
     assert in_forked_child(child) == (False, True, "obstore._obstore")
 
 
+def _in_fresh_interpreter(script: str) -> str:
+    # A fresh interpreter: this one has used obstore already. What the script printed.
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.strip()
+
+
 def test_the_child_of_a_parent_that_never_used_obstore_keeps_it(tmp_path: Path) -> None:
-    # A fresh interpreter: this one has used obstore already.
     script = textwrap.dedent(
         f"""
         import obstore
@@ -117,11 +125,7 @@ def test_the_child_of_a_parent_that_never_used_obstore_keeps_it(tmp_path: Path) 
         print(in_forked_child(child, timeout_s=30))
         """
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip() == "(True, b'child')"
+    assert _in_fresh_interpreter(script) == "(True, b'child')"
 
 
 def test_the_child_of_a_parent_that_used_obstore_directly_reads(tmp_path: Path) -> None:
@@ -144,11 +148,7 @@ def test_the_child_of_a_parent_that_used_obstore_directly_reads(tmp_path: Path) 
         print(in_forked_child(child, timeout_s=30))
         """
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip() == "(False, b'parent')"
+    assert _in_fresh_interpreter(script) == "(False, b'parent')"
 
 
 def test_a_memory_store_locked_at_the_fork_works_in_the_child() -> None:
