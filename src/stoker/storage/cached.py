@@ -94,7 +94,8 @@ class CachedStore(StoreWrapper, BlockingForms):
         self.cache = cache
         self.page_bytes = page_bytes
         self._objects: dict[str, tuple[str, int]] = dict(objects or {})
-        self._endpoint = store_endpoint(store)
+        # Where the pages come from, the head of each page's key: made once, not per page.
+        self._where = f"{store_endpoint(store)}\0{store.url}"
         self._lock = ForkSafeLock()
         self._in_flight: dict[str, asyncio.Future[Page | None]] = {}
 
@@ -124,8 +125,7 @@ class CachedStore(StoreWrapper, BlockingForms):
         return range(start // self.page_bytes, (end - 1) // self.page_bytes + 1)
 
     def _page_key(self, path: str, version: str, page: int) -> str:
-        where = f"{self._endpoint}\0{self.inner.url}"
-        return f"{where}\0{path}\0{version}\0{self.page_bytes}\0{page}"
+        return f"{self._where}\0{path}\0{version}\0{self.page_bytes}\0{page}"
 
     # -- cached reads ----------------------------------------------------------------------
 
