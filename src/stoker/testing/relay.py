@@ -100,19 +100,15 @@ class ProxyState:
 
         A request over its prefix's rate limit is answered "503" (SlowDown)."""
         limiter = self.limiter
-        if limiter is not None and not limiter.admit(target):
-            with self.lock:
-                self.stats.requests += 1
-                self.stats.throttled += 1
-                if self.seen is not None:
-                    self.seen.append((method, target, "503"))
-            return "503"
-        kind = self.policy.choose(method, target)
+        throttled = limiter is not None and not limiter.admit(target)
+        kind = "503" if throttled else self.policy.choose(method, target)
         with self.lock:
             self.stats.requests += 1
             if self.seen is not None:
                 self.seen.append((method, target, kind or "forwarded"))
-            if kind is None:
+            if throttled:
+                self.stats.throttled += 1
+            elif kind is None:
                 self.stats.forwarded += 1
             else:
                 self.stats.faults[kind] += 1
