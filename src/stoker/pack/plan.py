@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,22 +78,25 @@ def plan_shards(
         current_bytes += size
     if current:
         shards.append(current)
-    digest = hashlib.sha256()
     settings = {
         "max_shard_bytes": max_shard_bytes,
         "samples_per_shard": samples_per_shard,
         "shuffle_seed": shuffle_seed,
         **(params or {}),
     }
+    lines = (f"{ref.key}\0{ref.location}\0{ref.start}\0{ref.length}" for ref in refs)
+    plan_id, listing_id = plan_ids(settings, lines)
+    return PackPlan(shards=shards, plan_id=plan_id, settings=settings, listing_id=listing_id)
+
+
+def plan_ids(settings: dict[str, Any], listing: Iterable[str]) -> tuple[str, str]:
+    """The id of a plan (its settings and its input's listing, one line per input) and the
+    id of its listing alone: a rerun with the same input and arguments gets the same ids."""
+    digest = hashlib.sha256()
     digest.update(json.dumps(settings, sort_keys=True).encode())
-    listing = hashlib.sha256()
-    for ref in refs:
-        line = f"{ref.key}\0{ref.location}\0{ref.start}\0{ref.length}\n".encode()
-        digest.update(line)
-        listing.update(line)
-    return PackPlan(
-        shards=shards,
-        plan_id=digest.hexdigest()[:32],
-        settings=settings,
-        listing_id=listing.hexdigest()[:32],
-    )
+    alone = hashlib.sha256()
+    for line in listing:
+        data = f"{line}\n".encode()
+        digest.update(data)
+        alone.update(data)
+    return digest.hexdigest()[:32], alone.hexdigest()[:32]

@@ -18,6 +18,8 @@ from stoker.storage import Store
 
 logger = logging.getLogger(__name__)
 
+_PLAN_KEY = f"{PACK_STATE_DIR}/plan.json"
+
 #: Objects named in a refusal; the listing stops after one more.
 _NAMED = 5
 
@@ -72,6 +74,30 @@ def check_shards_present(store: Store, records: list[ShardRecord]) -> None:
             )
 
 
+def refuse_foreign(store: Store, plan: PackPlan, description: str) -> dict[str, Any] | None:
+    """Refuse a destination that holds another pack, or anything but a pack (see
+    :func:`refuse_occupied`); return the state of this plan's unfinished or finished pack
+    there, or None when the destination is empty. Nothing is written.
+
+    Raises:
+        StokerError: The destination holds a pack of other input or arguments (naming the
+            arguments that differ).
+        ValueError: It holds anything else and no pack.
+    """
+    try:
+        existing: dict[str, Any] = json.loads(bytes(store.get(_PLAN_KEY)))
+    except FileNotFoundError:
+        refuse_occupied(store)
+        return None
+    if existing.get("plan_id") != plan.plan_id:
+        raise StokerError(
+            f"{store.url} already holds a pack of other input or arguments "
+            f"({_differences(existing, plan, description)}); pack into a new "
+            f"destination or delete the old one first"
+        )
+    return existing
+
+
 def resume_state(
     store: Store, plan: PackPlan, fmt: str, description: str, *, shard_keys: Collection[str]
 ) -> dict[int, bytes]:
@@ -89,19 +115,8 @@ def resume_state(
         ValueError: It holds anything else that is not this pack's (see
             :func:`refuse_occupied`).
     """
-    plan_key = f"{PACK_STATE_DIR}/plan.json"
-    try:
-        existing = json.loads(bytes(store.get(plan_key)))
-    except FileNotFoundError:
-        existing = None
-    if existing is not None and existing.get("plan_id") != plan.plan_id:
-        raise StokerError(
-            f"{store.url} already holds a pack of other input or arguments "
-            f"({_differences(existing, plan, description)}); pack into a new "
-            f"destination or delete the old one first"
-        )
+    existing = refuse_foreign(store, plan, description)
     if existing is None:
-        refuse_occupied(store)
         state = {
             "plan_id": plan.plan_id,
             "shards": len(plan.shards),
@@ -111,7 +126,7 @@ def resume_state(
             "listing_id": plan.listing_id,
             "inputs": sum(len(shard) for shard in plan.shards),
         }
-        store.put(plan_key, json.dumps(state).encode())
+        store.put(_PLAN_KEY, json.dumps(state).encode())
         return {}
     owned = {MANIFEST_NAME, ARRAYS_NAME, *shard_keys}
     refuse_occupied(store, ours=lambda key: key in owned or key.startswith(f"{PACK_STATE_DIR}/"))
