@@ -8,7 +8,8 @@ may use one directory at once:
   each entry carries its length and CRC-32, checked on every read (a bad entry is deleted
   and counted as a miss, never returned);
 - the running total lives in a small file updated under an ``flock``; the kernel drops the
-  lock when its holder dies, so a crash never leaves a stale lock;
+  lock when its holder dies, so a crash never leaves a stale lock
+  (:mod:`stoker.storage.cache_total`);
 - when the total passes the limit, the oldest entries (by last use, kept in their mtime)
   are deleted down to 90 % of it, so the limit holds to within one entry;
 - leftovers of writers that died mid-write are removed when a cache is opened;
@@ -30,20 +31,18 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import logging
 import os
 import shutil
 import struct
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 from stoker.core.crc import crc32
 from stoker.core.metrics import Counters
-from stoker.core.perprocess import ForkSafeLock
 from stoker.storage.cache_claims import Claim, PageClaims
-from stoker.storage.cache_files import EntryFiles, describe_path, open_own, remove_stale_tmp
+from stoker.storage.cache_files import EntryFiles, describe_path, remove_stale_tmp
+from stoker.storage.cache_total import SharedTotal, read_total, write_total
 
 logger = logging.getLogger(__name__)
 
@@ -110,13 +109,12 @@ class DiskCache:
                     f"{folder} is a symbolic link (to {folder.readlink()}): the cache never "
                     "works through a link; remove it, or give the cache another directory"
                 )
-        self._thread_lock = ForkSafeLock()
-        self._fds: tuple[int, int, int] | None = None  # (pid, lock fd, size fd)
+        self._total = SharedTotal(self._root)
         self._writable = True
         self._told: set[str] = set()  # paths left alone and already named in a warning
         self._files = EntryFiles(self._entries, self._leave_alone)
         self._claims = PageClaims(self._root / "claims", self._leave_alone)
-        with self._locked():
+        with self._total.locked():
             remove_stale_tmp(self._tmp, stale_s=_STALE_TMP_S, abandoned_s=_ABANDONED_TMP_S)
             if create:
                 self._claims.remove_stale(_STALE_TMP_S)
@@ -141,38 +139,6 @@ class DiskCache:
 
     def __repr__(self) -> str:
         return f"DiskCache({str(self.directory)!r}, max_bytes={self.max_bytes})"
-
-    # -- cross-process lock and running total ---------------------------------------------
-
-    def _lock_files(self) -> tuple[int, int]:
-        # Descriptors are per process: after a fork, the child must not share the parent's
-        # open file description (flock would then not exclude the two).
-        pid = os.getpid()
-        if self._fds is None or self._fds[0] != pid:
-            lock_fd = open_own(self._root / "lock")
-            size_fd = open_own(self._root / "size")
-            self._fds = (pid, lock_fd, size_fd)
-        return self._fds[1], self._fds[2]
-
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[int]:
-        """Hold this process's thread lock and the directory's flock; yield the size fd."""
-        with self._thread_lock:
-            lock_fd, size_fd = self._lock_files()
-            fcntl.flock(lock_fd, fcntl.LOCK_EX)
-            try:
-                yield size_fd
-            finally:
-                fcntl.flock(lock_fd, fcntl.LOCK_UN)
-
-    @staticmethod
-    def _read_total(size_fd: int) -> int | None:
-        raw = os.pread(size_fd, 8, 0)
-        return struct.unpack("<Q", raw)[0] if len(raw) == 8 else None
-
-    @staticmethod
-    def _write_total(size_fd: int, total: int) -> None:
-        os.pwrite(size_fd, struct.pack("<Q", max(0, total)), 0)
 
     # -- entries ---------------------------------------------------------------------------
 
@@ -204,10 +170,7 @@ class DiskCache:
             return None
         payload = _unwrap(data)
         if payload is None:
-            logger.warning("disk cache %s: damaged entry %s removed", self.directory, name)
-            self.counters.add("cache.damaged")
-            self._files.remove(folder, name)
-            self.counters.add("cache.misses")
+            self._drop_damaged(folder, name)
             return None
         self.counters.add("cache.hits")
         self.counters.add("cache.bytes_hit", len(payload))
@@ -241,10 +204,7 @@ class DiskCache:
         size, (header, *pieces) = found
         stored = _HEADER.unpack(header)[1] if len(header) == _HEADER.size else -1
         if header[:4] != _MAGIC or stored != size - _HEADER.size or length not in (None, stored):
-            logger.warning("disk cache %s: damaged entry %s removed", self.directory, name)
-            self.counters.add("cache.damaged")
-            self._files.remove(folder, name)
-            self.counters.add("cache.misses")
+            self._drop_damaged(folder, name)
             return None
         for (offset, want), piece in zip(spans, pieces, strict=True):
             if offset + want > stored or len(piece) != want:
@@ -255,6 +215,12 @@ class DiskCache:
         self.counters.add("cache.hits")
         self.counters.add("cache.bytes_hit", sum(len(piece) for piece in pieces))
         return pieces
+
+    def _drop_damaged(self, folder: str, name: str) -> None:
+        logger.warning("disk cache %s: damaged entry %s removed", self.directory, name)
+        self.counters.add("cache.damaged")
+        self._files.remove(folder, name)
+        self.counters.add("cache.misses")
 
     def contains(self, key: str) -> bool:
         """Whether an entry for ``key`` is there now (counted as neither hit nor miss)."""
@@ -286,15 +252,15 @@ class DiskCache:
             with open(tmp, "xb") as f:  # x: a new file, never through a link
                 f.write(_HEADER.pack(_MAGIC, len(data), crc32(data)))
                 f.write(data)
-            with self._locked() as size_fd:
+            with self._total.locked() as size_fd:
                 if not self._files.place(tmp, folder, name):
                     tmp.unlink()
                     return
-                total = self._read_total(size_fd)
+                total = read_total(size_fd)
                 total = (total if total is not None else self._scan_total()) + size
                 if total > self.max_bytes:
                     total = self._evict(total)
-                self._write_total(size_fd, total)
+                write_total(size_fd, total)
             self.counters.add("cache.writes")
             self.counters.add("cache.bytes_written", len(data))
         except OSError as exc:
@@ -332,7 +298,7 @@ class DiskCache:
     @property
     def bytes(self) -> int:
         """Bytes of all entries now (headers included), by a scan of the directory."""
-        with self._locked():
+        with self._total.locked():
             return self._scan_total()
 
     def entries(self) -> int:
@@ -364,19 +330,15 @@ class DiskCache:
     def clear(self) -> int:
         """Delete every entry; returns how many were deleted."""
         removed = 0
-        with self._locked() as size_fd:
+        with self._total.locked() as size_fd:
             for _, _, folder, name in self._files.scan()[0]:
                 removed += self._files.remove(folder, name)
-            self._write_total(size_fd, self._scan_total())
+            write_total(size_fd, self._scan_total())
         return removed
 
     def close(self) -> None:
         """Close this process's lock and size files (the cache reopens them if used again)."""
-        with self._thread_lock:
-            if self._fds is not None and self._fds[0] == os.getpid():
-                os.close(self._fds[1])
-                os.close(self._fds[2])
-            self._fds = None
+        self._total.close()
 
 
 def is_disk_cache(directory: str | os.PathLike[str]) -> bool:
