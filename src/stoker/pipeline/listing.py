@@ -24,8 +24,7 @@ from stoker.errors import SourceError
 from stoker.storage.base import Store
 from stoker.storage.blocking import BlockingForms
 from stoker.storage.cache import DiskCache
-from stoker.storage.cached import store_endpoint
-from stoker.storage.wrapper import StoreWrapper
+from stoker.storage.wrapper import StoreWrapper, store_endpoint
 
 _LISTING_VERSION = 3  # 2: keys no request can name are left out (issue 22.10); 3: hidden ones
 
@@ -108,7 +107,7 @@ class ListedStore(StoreWrapper, BlockingForms):
 
 def listing_key(store: Store) -> str:
     """The disk-cache key of the listing of the folder ``store`` is rooted at: its
-    endpoint as resolved (:func:`~stoker.storage.cached.store_endpoint`), bucket and
+    endpoint as resolved (:func:`~stoker.storage.wrapper.store_endpoint`), bucket and
     prefix, so that a folder of one name at another endpoint is listed afresh."""
     endpoint = store_endpoint(store)
     digest = hashlib.sha256(f"{endpoint}\n{store.url}".encode()).hexdigest()

@@ -18,7 +18,6 @@ import asyncio
 import builtins
 import logging
 import os
-import time
 from collections.abc import Mapping, Sequence
 
 from stoker.core.perprocess import ForkSafeLock
@@ -32,7 +31,9 @@ from stoker.storage.base import (
 )
 from stoker.storage.blocking import BlockingForms
 from stoker.storage.cache import DiskCache
-from stoker.storage.cache_claims import CLAIM_WAIT_S, Claim, poll_pauses
+from stoker.storage.cache_claims import CLAIM_WAIT_S, Claim
+from stoker.storage.cache_fetch import NodeFetch
+from stoker.storage.cache_inflight import PagesInFlight
 from stoker.storage.cache_pages import (
     Page,
     PageBytes,
@@ -44,7 +45,7 @@ from stoker.storage.cache_pages import (
     split_pages,
 )
 from stoker.storage.sized import SizeChangedError, get_range_sized
-from stoker.storage.wrapper import StoreWrapper
+from stoker.storage.wrapper import StoreWrapper, store_endpoint
 
 logger = logging.getLogger(__name__)
 
@@ -97,7 +98,7 @@ class CachedStore(StoreWrapper, BlockingForms):
         # Where the pages come from, the head of each page's key: made once, not per page.
         self._where = f"{store_endpoint(store)}\0{store.url}"
         self._lock = ForkSafeLock()
-        self._in_flight: dict[str, asyncio.Future[Page | None]] = {}
+        self._in_flight = PagesInFlight()
 
     def __repr__(self) -> str:
         return f"CachedStore({self.inner!r}, {self.cache!r}, page_bytes={self.page_bytes})"
@@ -190,32 +191,15 @@ class CachedStore(StoreWrapper, BlockingForms):
         this process is getting is waited for; the rest come from the cache, or else from
         the store (see :meth:`_fetch_missing`)."""
         keys = {page: self._page_key(path, version, page) for page in wanted}
-        owned: list[int] = []
-        waits: dict[int, asyncio.Future[Page | None]] = {}
-        loop = asyncio.get_running_loop()
-        with self._lock:
-            for page, key in keys.items():
-                pending = self._in_flight.get(key)
-                if pending is None:
-                    self._in_flight[key] = loop.create_future()
-                    owned.append(page)
-                else:
-                    waits[page] = pending
+        owned, waits = self._in_flight.take(keys)
         got: dict[int, PageBytes] = {}
         try:
-            hits = await asyncio.to_thread(self._read_cached, keys, owned, wanted, size)
-            missing = []
-            for page, hit in zip(owned, hits, strict=True):
-                if hit is None:
-                    missing.append(page)
-                else:
-                    got[page] = hit
-                    self._settle(keys[page], hit.whole)
+            missing = await self._take_cached(keys, owned, wanted, size, got)
             if missing:
                 got.update(await self._fetch_missing(path, size, keys, missing, wanted))
         except BaseException as exc:
             for page in owned:
-                self._settle(keys[page], None, exc)
+                self._in_flight.settle(keys[page], None, exc)
             raise
         late: dict[int, Spans | None] = {}
         for page, pending_page in waits.items():
@@ -227,6 +211,26 @@ class CachedStore(StoreWrapper, BlockingForms):
         if late:
             got.update(await self._read_pages(path, version, size, late))
         return got
+
+    async def _take_cached(
+        self,
+        keys: dict[int, str],
+        pages: list[int],
+        wanted: dict[int, Spans | None],
+        size: int,
+        got: dict[int, PageBytes],
+    ) -> list[int]:
+        """Read ``pages`` from the cache into ``got``, handing each to this process's waiting
+        reads; return the pages not there."""
+        hits = await asyncio.to_thread(self._read_cached, keys, pages, wanted, size)
+        missing = []
+        for page, hit in zip(pages, hits, strict=True):
+            if hit is None:
+                missing.append(page)
+            else:
+                got[page] = hit
+                self._in_flight.settle(keys[page], hit.whole)
+        return missing
 
     def _read_cached(
         self, keys: dict[int, str], pages: list[int], wanted: dict[int, Spans | None], size: int
@@ -256,92 +260,24 @@ class CachedStore(StoreWrapper, BlockingForms):
         missing: list[int],
         wanted: dict[int, Spans | None],
     ) -> dict[int, PageBytes]:
-        """Missing pages from the store, each fetched by one process of the node: the
-        pages this process claims (:meth:`DiskCache.claim`) it fetches; those another
-        process is fetching it waits for in the cache, polling with a growing pause, and
-        fetches itself after ``claim_wait_s`` or when that process gave up."""
-        claims, busy, ready = await asyncio.to_thread(self._claim, keys, missing)
-        try:
-            fetched, waited = await asyncio.gather(
-                self._fetch(path, size, keys, sorted(claims), claims),
-                self._wait_for_others(path, size, keys, wanted, busy, ready, claims),
-            )
-        finally:
-            for claim in claims.values():
-                claim.release()
-        return {**fetched, **waited}
+        """Missing pages from the store, each fetched by one process of the node
+        (:class:`~stoker.storage.cache_fetch.NodeFetch`)."""
 
-    def _claim(
-        self, keys: dict[int, str], pages: list[int]
-    ) -> tuple[dict[int, Claim], list[int], list[int]]:
-        """Try to claim each page: (claimed, held by another process, in the cache now)."""
-        claims: dict[int, Claim] = {}
-        busy: list[int] = []
-        ready: list[int] = []
-        for page in pages:
-            claim = self.cache.claim(keys[page])
-            if claim is None:
-                busy.append(page)
-            elif claim.exclusive and self.cache.contains(keys[page]):
-                claim.release()  # its owner stored it between our read and our claim
-                ready.append(page)
-            else:
-                claims[page] = claim
-        return claims, busy, ready
+        async def fetch(pages: list[int], claims: dict[int, Claim]) -> dict[int, PageBytes]:
+            return await self._fetch(path, size, keys, pages, claims)
 
-    async def _wait_for_others(
-        self,
-        path: str,
-        size: int,
-        keys: dict[int, str],
-        wanted: dict[int, Spans | None],
-        busy: list[int],
-        ready: list[int],
-        claims: dict[int, Claim],
-    ) -> dict[int, PageBytes]:
-        got: dict[int, PageBytes] = {}
-        if busy:
-            self.cache.counters.add("cache.waits", len(busy))
-        deadline = time.monotonic() + self.claim_wait_s
-        pauses = poll_pauses()
-        while True:
-            if ready:
-                hits = await asyncio.to_thread(self._read_cached, keys, ready, wanted, size)
-                lost = []
-                for page, hit in zip(ready, hits, strict=True):
-                    if hit is None:  # gone again (evicted, or damaged): fetch it
-                        lost.append(page)
-                    else:
-                        got[page] = hit
-                        self._settle(keys[page], hit.whole)
-                got.update(await self._fetch(path, size, keys, lost, claims))
-            if not busy:
-                return got
-            if time.monotonic() >= deadline:
-                self.cache.counters.add("cache.wait_timeouts", len(busy))
-                logger.warning(
-                    "disk cache %s: %d page(s) of %s/%s still being fetched by another "
-                    "process after %.1f s; fetching them here",
-                    self.cache.directory,
-                    len(busy),
-                    self.url,
-                    path,
-                    self.claim_wait_s,
-                )
-                got.update(await self._fetch(path, size, keys, busy, claims))
-                return got
-            await asyncio.sleep(next(pauses))
-            claimed, busy, ready = await asyncio.to_thread(self._poll, keys, busy)
-            claims.update(claimed)
-            got.update(await self._fetch(path, size, keys, sorted(claimed), claims))
+        async def take_cached(pages: list[int], got: dict[int, PageBytes]) -> list[int]:
+            return await self._take_cached(keys, pages, wanted, size, got)
 
-    def _poll(
-        self, keys: dict[int, str], pages: list[int]
-    ) -> tuple[dict[int, Claim], list[int], list[int]]:
-        """Pages waited for that are in the cache now, or that this process now claims."""
-        stored = [page for page in pages if self.cache.contains(keys[page])]
-        claims, busy, ready = self._claim(keys, [p for p in pages if p not in stored])
-        return claims, busy, sorted(stored + ready)
+        node = NodeFetch(
+            cache=self.cache,
+            keys=keys,
+            where=f"{self.url}/{path}",
+            claim_wait_s=self.claim_wait_s,
+            fetch=fetch,
+            take_cached=take_cached,
+        )
+        return await node.get(missing)
 
     async def _fetch(
         self, path: str, size: int, keys: dict[int, str], pages: list[int], claims: dict[int, Claim]
@@ -365,7 +301,7 @@ class CachedStore(StoreWrapper, BlockingForms):
                 if claim is not None:
                     claim.release()
                 got[page] = PageBytes(payload)
-                self._settle(keys[page], payload)
+                self._in_flight.settle(keys[page], payload)
 
         await asyncio.gather(
             *(fetch_run(*run) for run in page_runs(sorted(pages), size, self.page_bytes))
@@ -375,19 +311,6 @@ class CachedStore(StoreWrapper, BlockingForms):
     def _put_all(self, keys: dict[int, str], fetched: dict[int, Page]) -> None:
         for page, payload in fetched.items():
             self.cache.put(keys[page], payload)
-
-    def _settle(self, key: str, whole: Page | None, error: BaseException | None = None) -> None:
-        """Hand this process's reads waiting for a page its bytes (or None: read it from
-        the cache), or the error that stopped it."""
-        with self._lock:
-            future = self._in_flight.pop(key, None)
-        if future is None or future.done():
-            return
-        if error is not None:
-            future.set_exception(error)
-            future.exception()  # marked retrieved: the waiter (if any) re-raises it
-        else:
-            future.set_result(whole)
 
     async def get_whole_async(self, path: str) -> memoryview:
         """The whole object at ``path`` through the cache (:meth:`get_async` goes straight
@@ -432,21 +355,6 @@ class CachedStore(StoreWrapper, BlockingForms):
     async def delete_async(self, path: str) -> None:
         self._forget(path)
         await super().delete_async(path)
-
-
-def store_endpoint(store: Store) -> str:
-    """The endpoint ``store`` reads from (through any wrappers), for cache keys: one bucket
-    and prefix at two endpoints (a test server and production) are two stores, and an ETag
-    names a version at its own endpoint only. As resolved from the options,
-    ``AWS_ENDPOINT_URL`` or a profile, any password shown as ``***``; else the options'
-    ``endpoint_url`` or ``""`` (a store in memory)."""
-    seen = 0
-    while (inner := getattr(store, "inner", None)) is not None and seen < 16:
-        store, seen = inner, seen + 1
-    endpoint = getattr(store, "endpoint", None)
-    if isinstance(endpoint, str) and endpoint:
-        return endpoint
-    return store.options.endpoint_url or ""
 
 
 def index_cache(directory: str | os.PathLike[str] | None) -> DiskCache | None:

@@ -2,7 +2,8 @@
 
 A wrapper (the disk cache's :class:`~stoker.storage.cached.CachedStore`, a folder
 listing's checks) changes a few of a store's methods; everything else goes straight to the
-store it wraps. This base holds that "everything else" once.
+store it wraps. This base holds that "everything else" once; :func:`store_endpoint` finds
+the endpoint beneath any wrappers.
 """
 
 from __future__ import annotations
@@ -67,3 +68,18 @@ class StoreWrapper:
 
     async def delete_async(self, path: str) -> None:
         await self.inner.delete_async(path)
+
+
+def store_endpoint(store: Store) -> str:
+    """The endpoint ``store`` reads from (through any wrappers), for cache keys: one bucket
+    and prefix at two endpoints (a test server and production) are two stores, and an ETag
+    names a version at its own endpoint only. As resolved from the options,
+    ``AWS_ENDPOINT_URL`` or a profile, any password shown as ``***``; else the options'
+    ``endpoint_url`` or ``""`` (a store in memory)."""
+    seen = 0
+    while (inner := getattr(store, "inner", None)) is not None and seen < 16:
+        store, seen = inner, seen + 1
+    endpoint = getattr(store, "endpoint", None)
+    if isinstance(endpoint, str) and endpoint:
+        return endpoint
+    return store.options.endpoint_url or ""
