@@ -19,17 +19,10 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from harness import cpu_seconds
+
 #: The machine counts as settled when its cores are this busy at most (share of all).
 SETTLED_BUSY = 0.10
-
-
-def cpu_seconds(pid: int | None) -> float:
-    """User + system CPU seconds of a process (None: this one), from /proc."""
-    if pid is None:
-        times = os.times()
-        return times.user + times.system
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _busy_ticks() -> tuple[int, int]:

@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from reports import write_report
+from harness import write_report
 from stoker.errors import CorruptShardError
 from stoker.format.reader import open_dataset
 from stoker.format.spec import PACK_STATE_DIR

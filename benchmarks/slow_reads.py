@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from reports import write_report
+from harness import write_report
 from stoker.pack.packer import PackConfig, pack
 from stoker.pipeline.loader import Loader
 from stoker.pipeline.order import OrderConfig

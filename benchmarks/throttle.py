@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from reports import write_report
+from harness import write_report
 from stoker.pack.packer import PackConfig, pack
 from stoker.storage import open_store
 from stoker.testing.images import write_image_folder
