@@ -24,13 +24,7 @@ from typing import Any, TypeVar
 from stoker.core.metrics import Counters
 from stoker.core.perprocess import PerProcess
 from stoker.errors import (
-    BucketNotFoundError,
-    CredentialsError,
-    EndpointError,
     ListingStalledError,
-    ObjectNotFoundError,
-    RetriesExhaustedError,
-    StorageError,
 )
 from stoker.storage.base import (
     Listing,
@@ -43,56 +37,20 @@ from stoker.storage.base import (
 from stoker.storage.blocking import BlockingForms
 from stoker.storage.cache import DiskCache
 from stoker.storage.engine import IOEngine, default_engine
-from stoker.storage.hedge import HedgePolicy, Hedger
-from stoker.storage.native import native, rebuild
+from stoker.storage.native import native
 from stoker.storage.obstorelist import ObstoreListing, meta_of
 from stoker.storage.options import StorageOptions
+from stoker.storage.remote_attempt import Connection, reconnect, shaped_attempt
+from stoker.storage.remote_errors import ErrorMapper, RangeBeyondEnd, is_unsatisfiable_range
 from stoker.storage.retry import (
-    RETRYABLE,
     ShortBodyError,
     call_with_retries,
-    classify,
-    error_code,
-    summarise_error,
 )
 from stoker.storage.s3 import NativeConfig, open_local
 from stoker.storage.shaping import PrefixShaper, prefix_of
 from stoker.storage.url import StorageUrl, redact_userinfo
 
 T = TypeVar("T")
-
-
-class _RangeBeyondEnd(Exception):
-    # Not retried and not mapped: the caller turns it into ValueError (or a plain GET).
-    def __init__(self, size: int | None) -> None:
-        super().__init__(size)
-        self.size = size
-
-
-def _is_unsatisfiable_range(exc: Exception) -> bool:
-    text = str(exc)
-    if "Requested range was invalid" in text:  # obstore's local filesystem
-        return True
-    return "416" in text and ("Range Not Satisfiable" in text or "InvalidRange" in text)
-
-
-class _Connection:
-    """What a store uses in one process: its obstore client, counters and shapers."""
-
-    __slots__ = ("counters", "hedger", "native", "reported_rate", "shapers")
-
-    def __init__(self, native: Any, hedge: HedgePolicy | None) -> None:
-        self.native = native  # None until a missing local folder is written to
-        self.hedger = None if hedge is None else Hedger(hedge)
-        self.counters = Counters()
-        self.shapers: dict[str, PrefixShaper] = {}
-        self.reported_rate = 0  # what counters["shaping.rate_per_s"] holds now
-
-
-def _reconnect(opened: Any, hedge: HedgePolicy | None) -> _Connection:
-    # A process forked from the one that opened the store: the client made there runs on
-    # the parent's obstore runtime, which did not survive the fork; make it again here.
-    return _Connection(None if opened is None else rebuild(opened), hedge)
 
 
 class ObstoreStore(BlockingForms):
@@ -118,14 +76,21 @@ class ObstoreStore(BlockingForms):
     ) -> None:
         # A local folder answers from the page cache: nothing to hedge.
         hedge = options.hedge if url.scheme != "file" else None
-        reconnect = functools.partial(_reconnect, native.store, hedge)
-        self._here = PerProcess(reconnect, initial=_Connection(native.store, hedge))
+        again = functools.partial(reconnect, native.store, hedge)
+        self._here = PerProcess(again, initial=Connection(native.store, hedge))
         self._source = native.credentials_source
         self._endpoint = redact_userinfo(native.endpoint)  # for messages: never a password
         self._url = url
         self._options = options
         self._engine = engine or default_engine()
         self._ranged_first = url.scheme != "file"
+        self._errors = ErrorMapper(
+            url=url,
+            endpoint=self._endpoint,
+            source=self._source,
+            timeout_s=options.timeout_s,
+            folder_missing=self._missing,
+        )
 
     @property
     def url(self) -> str:
@@ -188,15 +153,6 @@ class ObstoreStore(BlockingForms):
             shapers[prefix] = shaper
         return shaper
 
-    def _report(self, shaper: PrefixShaper) -> None:
-        # shaping.rate_per_s is a level, not a total: the rate of the prefix last used.
-        here = self._here.get()
-        rate = shaper.rate
-        level = 0 if rate is None else max(1, round(rate))
-        if level != here.reported_rate:
-            here.counters.add("shaping.rate_per_s", level - here.reported_rate)
-            here.reported_rate = level
-
     async def _request(
         self,
         op: str,
@@ -208,7 +164,8 @@ class ObstoreStore(BlockingForms):
         """Run ``attempt`` shaped, in an engine slot, retried and counted; a read of
         ``hedge_bytes`` (ranged GETs only: idempotent) is hedged when the store hedges."""
         shaper = self._shaper(path)
-        hedger = self._here.get().hedger
+        here = self._here.get()
+        hedger = here.hedger
 
         def tracked() -> Awaitable[T]:
             return self._engine.track(attempt())
@@ -219,31 +176,9 @@ class ObstoreStore(BlockingForms):
             # stopped from Python) and the engine's close waits for it.
             call = functools.partial(hedger.run, tracked, size=hedge_bytes, counters=self.counters)
 
-        async def one_attempt() -> T:
-            sent_at, waited_s = await shaper.acquire()
-            try:
-                async with self._engine.slot():
-                    if shaper.outdated(sent_at):  # throttled while this one waited for a slot
-                        sent_at, more_s = await shaper.take_token()
-                        waited_s += more_s
-                    if waited_s > 0:
-                        self.counters.add("shaping.waits")
-                        self.counters.add("shaping.wait_ms", round(waited_s * 1000))
-                    self.counters.add(f"requests.{op}")
-                    try:
-                        result = await call()
-                    except Exception as exc:
-                        if classify(exc) == "throttle":
-                            shaper.throttled(sent_at)
-                        else:
-                            shaper.succeeded()  # the server answered: not over its limit
-                        self._report(shaper)
-                        raise
-                    shaper.succeeded()
-                    self._report(shaper)
-                    return result
-            finally:
-                shaper.release()
+        one_attempt = functools.partial(
+            shaped_attempt, call, op=op, shaper=shaper, engine=self._engine, here=here
+        )
 
         try:
             return await call_with_retries(
@@ -252,50 +187,10 @@ class ObstoreStore(BlockingForms):
                 counters=self.counters,
                 what=f"{op.upper()} {self._url.child(path)}",
             )
-        except (_RangeBeyondEnd, ListingStalledError):  # already says what and where
+        except (RangeBeyondEnd, ListingStalledError):  # already says what and where
             raise
         except Exception as exc:
-            raise self._map_error(exc, op, path) from exc
-
-    def _map_error(self, exc: Exception, op: str, path: str) -> Exception:
-        where = self._url.child(path) if path else self.url
-        kind = classify(exc)
-        text = str(exc)
-        code = error_code(text)
-        if kind == "not_found":
-            if code == "NoSuchBucket" or "NoSuchBucket" in text:
-                return BucketNotFoundError(
-                    f"{where}: bucket {self._url.bucket!r} does not exist at {self._endpoint}"
-                )
-            if self._missing():
-                return BucketNotFoundError(f"{where}: folder {self._url.prefix} does not exist")
-            return ObjectNotFoundError(f"{where}: no such object")
-        if kind == "auth":
-            reason = code or "access denied"
-            return CredentialsError(
-                f"{op.upper()} {where} was refused ({reason}); credentials came from "
-                f"{self._source}, endpoint {self._endpoint}"
-            )
-        if kind == "connect":
-            return EndpointError(
-                f"cannot reach {self._endpoint} for {op.upper()} {where} "
-                f"({kind}, gave up after retrying)"
-            )
-        if kind == "reset" and "error sending request" in text:
-            # No response at all, every time: a proxy or load balancer with nothing behind it.
-            return EndpointError(
-                f"{self._endpoint} closed the connection before answering {op.upper()} {where} "
-                f"(gave up after retrying)"
-            )
-        if kind == "timeout":
-            return EndpointError(
-                f"{op.upper()} {where}: no complete response from {self._endpoint} within "
-                f"timeout_s={self._options.timeout_s:g} (gave up after retrying)"
-            )
-        summary = summarise_error(text)
-        if kind in RETRYABLE:
-            return RetriesExhaustedError(f"{op.upper()} {where}: gave up after retries: {summary}")
-        return StorageError(f"{op.upper()} {where} failed: {summary}")
+            raise self._errors.map(exc, op, path) from exc
 
     # -- reads -----------------------------------------------------------------------------
 
@@ -308,19 +203,23 @@ class ObstoreStore(BlockingForms):
                     self._store(), path, options={"range": (start, end)}
                 )
             except Exception as exc:
-                if _is_unsatisfiable_range(exc):
-                    raise _RangeBeyondEnd(None) from exc
+                if is_unsatisfiable_range(exc):
+                    raise RangeBeyondEnd(None) from exc
                 raise
             size = int(result.meta["size"])
             if end > size:
-                raise _RangeBeyondEnd(size)
-            data = memoryview(await result.bytes_async())
-            if len(data) != end - start:
-                raise ShortBodyError(f"got {len(data)} of {end - start} bytes")
-            self.counters.add("bytes.read", len(data))
-            return data, size
+                raise RangeBeyondEnd(size)
+            return await self._body(result, end - start), size
 
         return await self._request("get", path, attempt, hedge_bytes=end - start)
+
+    async def _body(self, result: Any, size: int) -> memoryview:
+        """The body of a GET's ``result``, which must be ``size`` bytes, counted as read."""
+        data = memoryview(await result.bytes_async())
+        if len(data) != size:
+            raise ShortBodyError(f"got {len(data)} of {size} bytes")
+        self.counters.add("bytes.read", len(data))
+        return data
 
     async def get_async(self, path: str) -> memoryview:
         part = self._options.part_size_bytes
@@ -334,8 +233,8 @@ class ObstoreStore(BlockingForms):
                 )
             except Exception as exc:
                 # An empty object has no byte 0: S3 answers 416 to any range.
-                if _is_unsatisfiable_range(exc):
-                    raise _RangeBeyondEnd(0) from exc
+                if is_unsatisfiable_range(exc):
+                    raise RangeBeyondEnd(0) from exc
                 raise
             size = int(result.meta["size"])
             data = memoryview(await result.bytes_async())
@@ -347,7 +246,7 @@ class ObstoreStore(BlockingForms):
 
         try:
             head, size = await self._request("get", path, first_part)
-        except _RangeBeyondEnd:
+        except RangeBeyondEnd:
             return await self._get_whole(path)
         if size <= part:
             return head
@@ -365,11 +264,7 @@ class ObstoreStore(BlockingForms):
     async def _get_whole(self, path: str) -> memoryview:
         async def attempt() -> memoryview:
             result = await native().functions.get_async(self._store(), path)
-            data = memoryview(await result.bytes_async())
-            if len(data) != int(result.meta["size"]):
-                raise ShortBodyError(f"got {len(data)} of {result.meta['size']} bytes")
-            self.counters.add("bytes.read", len(data))
-            return data
+            return await self._body(result, int(result.meta["size"]))
 
         return await self._request("get", path, attempt)
 
@@ -393,7 +288,7 @@ class ObstoreStore(BlockingForms):
     async def _get_checked_range(self, path: str, start: int, end: int) -> tuple[memoryview, int]:
         try:
             return await self._get_ranged(path, start, end)
-        except _RangeBeyondEnd as exc:
+        except RangeBeyondEnd as exc:
             size = f"{exc.size} bytes" if exc.size is not None else "it is shorter"
             raise ValueError(
                 f"{self._url.child(path)}: range [{start}, {end}) ends past the object ({size})"
