@@ -18,16 +18,21 @@ method reads through it, cold, on this machine's cores:
   TensorFlow's data performance guide's pipeline (see loader_children.py), own process;
 - per-object DataLoader: torch DataLoader(num_workers=2), one boto3 GET per sample;
 - download + ImageFolder-style: ``stoker download`` of the originals, then a
-  DataLoader(num_workers=2) reading local files (PIL open, RGB, crop, resize);
+  DataLoader(num_workers=2) reading local files (PIL open, RGB, crop, resize), the whole
+  epoch timed (the download is part of it);
 - WebDataset over the same shards (presigned HTTP URLs through the proxy, num_workers=2).
 
-Every method runs ``--repeats`` times, interleaved (the order reversed every other round),
-and the tables show medians. Bytes and requests per epoch are the proxy's own counts
-(what the server sent, response heads included) scaled to a whole epoch when a run read
-less than one (marked ~), against the bytes of the objects the method reads (shards,
-TFRecords or originals). First batch: after the process started for the methods run in
-their own process (imports and, for tf.data, the download included); after ``iter()``
-for the DataLoaders. The end of the output checks issue 16's acceptance bounds.
+Every method but the in-RAM rows runs in a fresh process of its own (``harness.py``), its
+clock started with the process: images/s are its images over the seconds from the
+process's start to its last batch, and its first batch is counted from there (imports,
+listing or index, worker start-up and, for tf.data, the download all included). The
+DataLoaders' workers start with the platform's default method (fork on Linux). The disk
+cache row times its second epoch alone, from its first ``next()``; the in-RAM rows time
+their decoding loop. Every method runs ``--repeats`` times (3), the order rotated each
+round, and the tables show medians. Bytes and requests per epoch are the proxy's own
+counts (what the server sent, response heads included) scaled to a whole epoch when a run
+read less than one (marked ~), against the bytes of the objects the method reads (shards,
+TFRecords or originals). The end of the output checks issue 16's acceptance bounds.
 
 Two figures put the images/s in context. The link's ceiling: a method that streams its
 data in the timed epoch cannot feed more images/s than ``--gbit`` carries of that data
@@ -37,7 +42,7 @@ really remote (here the server and the proxy share the machine's cores: their sh
 listed too).
 
     pip install -e '.[bench,test]' && apt-get install mate-backgrounds
-    python benchmarks/loader.py                    # both sets, every method, ~25 minutes
+    python benchmarks/loader.py                    # both sets, every method, 3 rounds
     python benchmarks/loader.py --methods acceptance   # in-RAM rows, stoker and tf.data
     python benchmarks/loader.py --methods folder   # stoker on the shards and on the folder
     python benchmarks/loader.py --methods cache    # + stoker's second epoch from disk cache
@@ -51,41 +56,22 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import random
 import shutil
-import statistics
-import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import torch
-import webdataset as wds
-from torch.utils.data import DataLoader
-
-from loader_baselines import (
-    LocalFiles,
-    PerObject,
-    WdsMap,
-    boto,
-    in_ram_rate,
-    time_loader,
-)
+from harness import add_round_args, machine, rounds, run_child, run_rounds, s3_env, write_report
+from loader_baselines import boto, in_ram_rate
 from loader_report import report
 from loader_sets import BATCH, BUCKET, SETS, TRANSFORMS, Prepared, prepare_set
-from quiet import cpu_seconds
-from stoker.storage import open_store
-from stoker.storage.transfer import download
 from stoker.testing.netproxy import LinkConfig, NetProxy
-from stoker.testing.seaweed import ACCESS_KEY, REGION, SECRET_KEY, SeaweedServer
+from stoker.testing.seaweed import SeaweedServer
 
-OUT = Path(__file__).resolve().parent / "out"
 CHILDREN = Path(__file__).resolve().parent / "loader_children.py"
 __all__ = ["BATCH", "BUCKET", "SETS", "TRANSFORMS", "Prepared", "prepare_set"]
 
@@ -101,29 +87,15 @@ class Bench:
         args: argparse.Namespace,
         scratch: Path,
     ) -> None:
-        self.prep, self.server, self.proxy, self.args, self.scratch = (
-            prep,
-            server,
-            proxy,
-            args,
-            scratch,
-        )
+        self.prep, self.server, self.proxy, self.args = prep, server, proxy, args
+        self.scratch = scratch
         self.transform = TRANSFORMS[prep.transform]
-        self.env = {
-            **os.environ,
-            "AWS_ENDPOINT_URL": proxy.endpoint,
-            "AWS_ACCESS_KEY_ID": ACCESS_KEY,
-            "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
-            "AWS_REGION": REGION,
-            "AWS_DEFAULT_REGION": REGION,
-            "TF_CPP_MIN_LOG_LEVEL": "2",
-        }
 
-    def counted(self, run: Callable[[], dict[str, Any]], whole: bool) -> dict[str, Any]:
+    def counted(self, run: Any, whole: bool) -> dict[str, Any]:
         """Run one method; add what the proxy saw, per epoch (``whole``: the run reads the
         whole data set however many images it times, as a download does)."""
         before = self.proxy.stats()
-        result = run()
+        result: dict[str, Any] = run()
         after = self.proxy.stats()
         scale = 1.0 if whole else self.prep.files / max(1, result["images"])
         result["epoch_scale"] = scale
@@ -131,36 +103,26 @@ class Bench:
         result["requests_per_epoch"] = (after.requests - before.requests) * scale
         return result
 
-    def child(self, command: list[str]) -> dict[str, Any]:
-        """A method in its own process; its first batch counted from the process's start."""
-        server_cpu, harness_cpu = cpu_seconds(self.server.pid), cpu_seconds(None)
-        started = time.time()
-        done = subprocess.run(
-            [sys.executable, str(CHILDREN), *command],
-            env=self.env,
-            capture_output=True,
-            text=True,
+    def child(self, command: list[str], clock: str = "launch") -> dict[str, Any]:
+        """A method in its own process; its clock starts with the process."""
+        return run_child(
+            CHILDREN,
+            command,
+            env=s3_env(self.proxy.endpoint),
+            rate_key="images_per_s",
+            server_pid=self.server.pid,
+            clock=clock,
         )
-        wall = time.time() - started
-        if done.returncode:
-            raise RuntimeError(f"{command[0]} failed:\n{done.stderr[-4000:]}")
-        result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-        result["first_batch_s"] = result.pop("first_batch_at") - started
-        # The server and the proxy (a thread of this process) share the cores with the
-        # client: how much of the machine they took while the method ran.
-        result["server_cores"] = (cpu_seconds(self.server.pid) - server_cpu) / wall
-        result["proxy_cores"] = (cpu_seconds(None) - harness_cpu) / wall
-        return result
 
     def limit_full(self) -> dict[str, Any]:
         cores = os.cpu_count() or 2
         paths, count = self.prep.paths, self.args.limit_images
-        return in_ram_rate(paths, count, cores, self.transform, full=True)
+        return {**in_ram_rate(paths, count, cores, self.transform, full=True), "clock": "in RAM"}
 
     def limit_planned(self) -> dict[str, Any]:
         cores = os.cpu_count() or 2
         paths, count = self.prep.paths, self.args.limit_images
-        return in_ram_rate(paths, count, cores, self.transform, full=False)
+        return {**in_ram_rate(paths, count, cores, self.transform, full=False), "clock": "in RAM"}
 
     def stoker(self) -> dict[str, Any]:
         url = f"s3://{BUCKET}/{self.prep.key}/shards"
@@ -176,7 +138,7 @@ class Bench:
         url = f"s3://{BUCKET}/{self.prep.key}/shards"
         command = ["stoker", url, self.prep.transform, str(self.args.images), str(cache)]
         try:
-            result = self.child(command)
+            result = self.child(command, clock="loop")
         finally:
             shutil.rmtree(cache, ignore_errors=True)
         result["data_bytes"] = self.prep.shard_bytes
@@ -193,14 +155,8 @@ class Bench:
 
     def tfdata(self) -> dict[str, Any]:
         local = self.scratch / f"{self.prep.key}-tfrecord"
-        command = [
-            "tfdata",
-            BUCKET,
-            f"{self.prep.key}/tfrecord/",
-            str(local),
-            self.prep.transform,
-            str(self.args.images),
-        ]
+        prefix = f"{self.prep.key}/tfrecord/"
+        command = ["tfdata", BUCKET, prefix, str(local), self.prep.transform, str(self.args.images)]
         try:
             result = self.counted(lambda: self.child(command), whole=True)
         finally:
@@ -213,38 +169,21 @@ class Bench:
         keys = [f"{prep.key}/raw/{p.relative_to(prep.source).as_posix()}" for p in prep.paths]
         random.Random(0).shuffle(keys)
         # Only the timed images, so that the workers' read-ahead reads nothing more.
-        keys = keys[: self.args.slow_images]
-        loader = DataLoader(
-            PerObject(self.proxy.endpoint, BUCKET, keys, self.transform),
-            batch_size=BATCH,
-            num_workers=2,
-            multiprocessing_context="spawn",
-        )
-        result = self.counted(lambda: time_loader(loader, self.args.slow_images), whole=False)
+        keys_file = self.scratch / "keys.json"
+        keys_file.write_text(json.dumps(keys[: self.args.slow_images]))
+        command = ["per-object", self.proxy.endpoint, BUCKET, str(keys_file), prep.transform]
+        command.append(str(self.args.slow_images))
+        result = self.counted(lambda: self.child(command), whole=False)
         result["data_bytes"] = prep.raw_bytes
         return result
 
     def download_folder(self) -> dict[str, Any]:
         local = self.scratch / f"{self.prep.key}-download"
-
-        def run() -> dict[str, Any]:
-            options = self.server.storage_options(self.proxy.endpoint)
-            started = time.perf_counter()
-            store = open_store(f"s3://{BUCKET}/{self.prep.key}/raw", storage_options=options)
-            download(store, local)
-            download_s = time.perf_counter() - started
-            paths = sorted(local.rglob("*.jpg"))
-            random.Random(0).shuffle(paths)
-            loader = DataLoader(
-                LocalFiles(paths, self.transform),
-                batch_size=BATCH,
-                num_workers=2,
-                multiprocessing_context="spawn",
-            )
-            return {**time_loader(loader, self.args.slow_images), "download_s": download_s}
-
+        options = json.dumps(self.server.storage_options(self.proxy.endpoint))
+        url = f"s3://{BUCKET}/{self.prep.key}/raw"
+        command = ["download-folder", url, str(local), self.prep.transform, "0", options]
         try:
-            result = self.counted(run, whole=True)
+            result = self.counted(lambda: self.child(command), whole=True)
         finally:
             shutil.rmtree(local, ignore_errors=True)
         result["data_bytes"] = self.prep.raw_bytes
@@ -265,17 +204,11 @@ class Bench:
             )
             for k in shard_keys
         ]
-        pipeline = (
-            wds.WebDataset(urls, shardshuffle=False, empty_check=False)
-            .shuffle(1000)
-            .map(WdsMap(self.transform))
-            .batched(BATCH)
-        )
-        loader = DataLoader(
-            pipeline, batch_size=None, num_workers=2, multiprocessing_context="spawn"
-        )
+        urls_file = self.scratch / "urls.json"
+        urls_file.write_text(json.dumps(urls))
         limit = self.args.images or self.prep.files
-        result = self.counted(lambda: time_loader(loader, limit), whole=False)
+        command = ["webdataset", str(urls_file), self.prep.transform, str(limit)]
+        result = self.counted(lambda: self.child(command), whole=False)
         result["data_bytes"] = self.prep.shard_bytes
         return result
 
@@ -299,27 +232,8 @@ METHOD_SETS = {
 }
 
 
-def median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Each number's median over the runs (other values from the first run)."""
-    merged = dict(runs[0])
-    for key, value in runs[0].items():
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            merged[key] = statistics.median(run[key] for run in runs)
-    merged["runs"] = len(runs)
-    return merged
-
-
 def run_set(bench: Bench, methods: list[str], repeats: int) -> dict[str, Any]:
-    runs: dict[str, list[dict[str, Any]]] = {m: [] for m in methods}
-    for round_ in range(repeats):
-        for method in methods if round_ % 2 == 0 else methods[::-1]:
-            result = getattr(bench, method)()
-            runs[method].append(result)
-            print(
-                f"[{bench.prep.key}] round {round_ + 1}: {method} "
-                f"{result['images_per_s']:.0f} images/s",
-                flush=True,
-            )
+    rows = {method: getattr(bench, method) for method in methods}
     prep = bench.prep
     results: dict[str, Any] = {
         "mean_kb": prep.mean_kb,
@@ -329,7 +243,7 @@ def run_set(bench: Bench, methods: list[str], repeats: int) -> dict[str, Any]:
         "tfrecord_bytes": prep.tfrecord_bytes,
         "raw_bytes": prep.raw_bytes,
     }
-    results.update({m: median_of(r) for m, r in runs.items()})
+    results.update(run_rounds(rows, repeats, rate_key="images_per_s", label=f"[{prep.key}] "))
     return results
 
 
@@ -341,7 +255,6 @@ def main() -> int:
     parser.add_argument(
         "--files", type=int, help="photos per set (default: 20,000 for a, 25,000 for b)"
     )
-    parser.add_argument("--repeats", type=int, default=2, help="rounds, interleaved")
     parser.add_argument("--limit-images", type=int, default=3000)
     parser.add_argument(
         "--images",
@@ -353,7 +266,7 @@ def main() -> int:
         "--slow-images",
         type=int,
         default=2048,
-        help="images timed for the per-object and folder baselines",
+        help="images timed for the per-object baseline",
     )
     parser.add_argument("--rtt-ms", type=float, default=20.0)
     parser.add_argument(
@@ -364,23 +277,15 @@ def main() -> int:
         "cannot feed more images/s than this carries of its data",
     )
     parser.add_argument("--methods", choices=sorted(METHOD_SETS), default="all")
-    parser.add_argument(
-        "--quick",
-        action="store_true",
-        help="a smoke run: 1,500 photos a set, one round, 512 images for the slow baselines",
-    )
+    add_round_args(parser)  # --quick: 1,500 photos a set, one round, 512 per-object images
     args = parser.parse_args()
+    args.repeats = rounds(args)
     if args.quick:
-        args.files, args.repeats = args.files or 1500, 1
+        args.files = args.files or 1500
         args.slow_images, args.limit_images = 512, 500
     methods = METHOD_SETS[args.methods]
-    torch.set_num_threads(1)
-    OUT.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="stoker-bench-loader-"))
-    results: dict[str, Any] = {
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
-        "args": vars(args),
-    }
+    results: dict[str, Any] = {"machine": machine(), "args": vars(args)}
     try:
         with SeaweedServer() as server:
             server.create_bucket(BUCKET)
@@ -396,9 +301,7 @@ def main() -> int:
         shutil.rmtree(scratch, ignore_errors=True)
     text, checks = report(results, args)
     results["acceptance"] = checks
-    (OUT / "loader.json").write_text(json.dumps(results, indent=2))
-    (OUT / "loader.md").write_text(text + "\n")
-    print(text)
+    write_report("loader", results, text)
     return 0
 
 

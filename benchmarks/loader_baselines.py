@@ -1,5 +1,6 @@
-"""The baselines of ``loader.py`` that run in its own process: torch DataLoaders and the
-in-RAM rows (no I/O at all)."""
+"""The baselines of ``loader.py``: the torch DataLoaders' datasets (run in processes of
+their own by ``loader_children.py``, and by ``records.py`` and ``torch_epochs.py``) and the
+in-RAM rows (no I/O at all, in the harness's process)."""
 
 from __future__ import annotations
 
@@ -10,17 +11,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import boto3
-import cv2
 import numpy as np
-import simplejpeg
-from botocore.config import Config
 from PIL import Image
 from torch.utils.data import Dataset
 
-from stoker.pipeline.decode import decode_planned
 from stoker.pipeline.transforms import PlannedTransform
-from stoker.testing.seaweed import ACCESS_KEY, REGION, SECRET_KEY
+
+# boto3, OpenCV, simplejpeg and stoker's decoder are imported where they are used: a
+# baseline's child process imports this module, and its clock counts only what it uses.
 
 BATCH = 256
 
@@ -38,6 +36,11 @@ def pil_transform(data: bytes, rng: random.Random, transform: PlannedTransform) 
 
 
 def boto(endpoint: str) -> Any:
+    import boto3
+    from botocore.config import Config
+
+    from stoker.testing.seaweed import ACCESS_KEY, REGION, SECRET_KEY
+
     return boto3.client(
         "s3",
         endpoint_url=endpoint,
@@ -94,27 +97,32 @@ class WdsMap:
 
 
 def time_loader(loader: Any, limit: int) -> dict[str, float]:
-    """Iterate ``loader`` to ``limit`` samples; first batch counted from ``iter()``."""
+    """Iterate ``loader`` to ``limit`` samples (or its end): images, the loop's seconds
+    and rate (from ``iter()``), and the first and last batch's ``time.time()``."""
     started = time.perf_counter()
-    first = 0.0
-    seen = 0
+    first_at, seen = 0.0, 0
     for batch in loader:
         if not seen:
-            first = time.perf_counter() - started
+            first_at = time.time()
         seen += len(batch[0]) if isinstance(batch, list | tuple) else len(batch)
         if seen >= limit:
             break
+    ended_at = time.time()
     seconds = time.perf_counter() - started
     return {
         "images": seen,
         "seconds": seconds,
         "images_per_s": seen / seconds,
-        "first_batch_s": first,
+        "first_batch_at": first_at,
+        "ended_at": ended_at,
     }
 
 
 def _full_decode(data: bytes, transform: PlannedTransform, rng: random.Random, out: Any) -> None:
     """A whole-image decode (no DCT scaling, no region), then OpenCV's bilinear resize."""
+    import cv2
+    import simplejpeg
+
     pixels = simplejpeg.decode_jpeg(data, colorspace="RGB")
     plan = transform.plan(pixels.shape[1], pixels.shape[0], rng)
     left, top, w, h = plan.box
@@ -130,6 +138,8 @@ def in_ram_rate(
     """Images/s of decode + transform of bytes already in RAM, on ``threads`` threads:
     ``full``: simplejpeg's whole-image decode + OpenCV resize; else stoker's own
     ``decode_planned`` (DCT scaling)."""
+    from stoker.pipeline.decode import decode_planned
+
     data = [p.read_bytes() for p in paths[:count]]
     out = np.empty((BATCH, 224, 224, 3), dtype=np.uint8)
 

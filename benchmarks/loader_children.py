@@ -1,14 +1,22 @@
-"""The methods of ``loader.py`` that run in a process of their own, timed from its start.
+"""The methods of ``loader.py``, each in a process of its own, timed from its start
+(``harness.py``).
 
-    python benchmarks/loader_children.py stoker URL TRANSFORM IMAGES
+    python benchmarks/loader_children.py stoker URL TRANSFORM IMAGES [CACHE_DIR]
     python benchmarks/loader_children.py tfdata BUCKET PREFIX DIR TRANSFORM IMAGES
+    python benchmarks/loader_children.py per-object ENDPOINT BUCKET KEYS_FILE TRANSFORM IMAGES
+    python benchmarks/loader_children.py download-folder URL DIR TRANSFORM IMAGES OPTIONS_JSON
+    python benchmarks/loader_children.py webdataset URLS_FILE TRANSFORM IMAGES
     python benchmarks/loader_children.py write-tfrecords SOURCE DEST SHARD_BYTES
 
 ``TRANSFORM`` is ``crop`` (RandomResizedCrop(224) + flip) or ``resize`` (Resize to 224x224
-+ flip); ``IMAGES`` 0 is one whole epoch. A run prints one JSON line: images, seconds (from
-the first ``next()`` to the last batch), images/s, ``first_batch_at`` (``time.time()`` of
-the first batch: the parent subtracts the moment it started the process), peak RSS, and
-what the process counted of its own reads. The store comes from the ``AWS_*`` variables.
++ flip); ``IMAGES`` 0 is one whole epoch. A run prints one JSON line: images (``units``),
+seconds (from the first ``next()`` to the last batch), images/s over those,
+``first_batch_at`` and ``ended_at`` (``time.time()`` of the first and the last batch: the
+harness counts both from the moment it started the process), peak RSS, and what the
+process counted of its own reads. The store comes from the ``AWS_*`` variables. The torch
+DataLoader baselines (one GET per image; download then a folder; WebDataset) run with
+``num_workers=2`` and the platform's default start method (fork on Linux); each imports
+only what it uses.
 
 tf.data is written as TensorFlow's data performance guide writes an input pipeline: the
 TFRecord shards downloaded to local disk in parallel first (boto3, 16 at once), then
@@ -21,27 +29,23 @@ of 256, ``prefetch(AUTOTUNE)``. Images are cast to uint8, as stoker delivers the
 from __future__ import annotations
 
 import json
-import resource
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from harness import default_start_method, emit, peak_rss_mb
+
 BATCH = 256
 SIZE = 224
 
 
-def _peak_rss_mb() -> float:
-    # VmHWM is this process's own peak. ru_maxrss is not: Linux carries it over exec from
-    # the forked parent, so every child reported the parent's ~1 GB (the in-RAM sets).
-    try:
-        with open("/proc/self/status", encoding="ascii") as status:
-            for line in status:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+def _transform(kind: str) -> Any:
+    from stoker.pipeline.transforms import RandomResizedCrop, Resize
+
+    return RandomResizedCrop(SIZE, flip=True) if kind == "crop" else Resize((SIZE, SIZE), flip=True)
 
 
 def run_stoker(
@@ -52,13 +56,8 @@ def run_stoker(
     the disk it downloaded to)."""
     from stoker.pipeline.config import CacheConfig
     from stoker.pipeline.loader import Loader
-    from stoker.pipeline.transforms import RandomResizedCrop, Resize
 
-    transform = (
-        RandomResizedCrop(SIZE, flip=True)
-        if transform_kind == "crop"
-        else Resize((SIZE, SIZE), flip=True)
-    )
+    transform = _transform(transform_kind)
     cache = CacheConfig(dir=cache_dir) if cache_dir else None
     with Loader(url, batch_size=BATCH, transform=transform, cache=cache) as loader:
         # One cold epoch is measured: its bytes, not the next epoch's read ahead at its end.
@@ -79,6 +78,7 @@ def run_stoker(
             seen += len(batch["label"])
             if images and seen >= images:
                 break
+        ended_at = time.time()
         seconds = time.perf_counter() - started
         cpu_s = time.process_time() - cpu_started
         stats = loader.stats()
@@ -90,8 +90,10 @@ def run_stoker(
         "seconds": seconds,
         "cpu_s": cpu_s,
         "images_per_s": seen / seconds,
+        "units": seen,
         "first_batch_at": first_at,
-        "peak_rss_mb": _peak_rss_mb(),
+        "ended_at": ended_at,
+        "peak_rss_mb": peak_rss_mb(),
         "own_bytes_read": stats.requests.get("bytes.read", 0),
         "own_gets": stats.requests.get("requests.get", 0),
         "threads": stats.threads,
@@ -187,16 +189,86 @@ def run_tfdata(
         seen += int(batch.shape[0])
         if images and seen >= images:
             break
+    ended_at = time.time()
     seconds = time.perf_counter() - started
     return {
         "images": seen,
+        "units": seen,
         "seconds": seconds,
         "cpu_s": time.process_time() - cpu_started,
         "images_per_s": seen / seconds,
         "first_batch_at": first_at,
+        "ended_at": ended_at,
         "download_s": download_s,
-        "peak_rss_mb": _peak_rss_mb(),
+        "peak_rss_mb": peak_rss_mb(),
     }
+
+
+def _data_loader(dataset: Any, images: int, **more: Any) -> dict[str, Any]:
+    """``DataLoader(dataset, num_workers=2)`` with the platform's default start method,
+    timed to ``images`` (0: the whole dataset)."""
+    from torch.utils.data import DataLoader
+
+    from loader_baselines import time_loader
+
+    loader = DataLoader(dataset, num_workers=2, **more)
+    cpu_started = time.process_time()
+    result = time_loader(loader, images or 1 << 62)
+    result.update(
+        units=result["images"],
+        cpu_s=time.process_time() - cpu_started,  # the training process's share only
+        start_method=f"{default_start_method()} (the platform's default)",
+        peak_rss_mb=peak_rss_mb(),
+    )
+    return result
+
+
+def run_per_object(
+    endpoint: str, bucket: str, keys_file: str, kind: str, images: int
+) -> dict[str, Any]:
+    """One boto3 GET per image in a DataLoader's workers (only the timed images listed)."""
+    from loader_baselines import PerObject
+
+    keys = json.loads(Path(keys_file).read_text())
+    return _data_loader(
+        PerObject(endpoint, bucket, keys, _transform(kind)), images, batch_size=BATCH
+    )
+
+
+def run_download_folder(
+    url: str, local: str, kind: str, images: int, options: dict[str, Any]
+) -> dict[str, Any]:
+    """``stoker download`` of the originals, then a DataLoader reading the local files."""
+    import random
+
+    from loader_baselines import LocalFiles
+    from stoker.storage import open_store
+    from stoker.storage.transfer import download
+
+    started = time.perf_counter()
+    download(open_store(url, storage_options=options), Path(local))
+    download_s = time.perf_counter() - started
+    paths = sorted(Path(local).rglob("*.jpg"))
+    random.Random(0).shuffle(paths)
+    result = _data_loader(LocalFiles(paths, _transform(kind)), images, batch_size=BATCH)
+    result["download_s"] = download_s
+    return result
+
+
+def run_webdataset(urls_file: str, kind: str, images: int) -> dict[str, Any]:
+    """WebDataset over presigned URLs of the shards, ``shuffle(1000)``, PIL decode."""
+    import webdataset as wds
+
+    from loader_baselines import WdsMap
+
+    urls = json.loads(Path(urls_file).read_text())
+    pipeline = (
+        wds.WebDataset(urls, shardshuffle=False, empty_check=False)
+        .shuffle(1000)
+        .map(WdsMap(_transform(kind)))
+        .batched(BATCH)
+    )
+    return _data_loader(pipeline, images, batch_size=None)
 
 
 def write_tfrecords(source: Path, dest: Path, shard_bytes: int) -> None:
@@ -235,12 +307,18 @@ def main(argv: list[str]) -> int:
         result = run_stoker(args[0], args[1], int(args[2]), *args[3:4])
     elif command == "tfdata":
         result = run_tfdata(args[0], args[1], Path(args[2]), args[3], int(args[4]))
+    elif command == "per-object":
+        result = run_per_object(args[0], args[1], args[2], args[3], int(args[4]))
+    elif command == "download-folder":
+        result = run_download_folder(args[0], args[1], args[2], int(args[3]), json.loads(args[4]))
+    elif command == "webdataset":
+        result = run_webdataset(args[0], args[1], int(args[2]))
     elif command == "write-tfrecords":
         write_tfrecords(Path(args[0]), Path(args[1]), int(args[2]))
         return 0
     else:
         raise SystemExit(f"unknown command {command!r}")
-    print(json.dumps(result), flush=True)
+    emit(result)
     return 0
 
 

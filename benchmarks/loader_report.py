@@ -6,6 +6,8 @@ import argparse
 import os
 from typing import Any
 
+from harness import method_lines, vs_strongest
+
 NAMES = {
     "limit_full": "in RAM, no I/O: simplejpeg full decode + OpenCV resize",
     "limit_planned": "in RAM, no I/O: stoker's decode (DCT scaling)",
@@ -18,6 +20,8 @@ NAMES = {
     "webdataset": "WebDataset, same shards",
 }
 TRANSFORM_NAMES = {"crop": "RandomResizedCrop(224) + flip", "resize": "Resize(224x224) + flip"}
+BASELINES = ("tfdata", "per_object", "download_folder", "webdataset")
+CLOCKS = {"launch": "process start", "loop": "2nd epoch's loop", "in RAM": "decode loop"}
 # Issue 16's acceptance bounds.
 VS_TFDATA = 1.2
 VS_FULL_DECODE = {"a": 1.0, "b": 0.65}
@@ -40,6 +44,7 @@ def _row(name: str, r: dict[str, Any], method: str) -> str:
         f"{rate / full:.2f}x" if full else "",
         f"{stoker / rate:.2f}x" if stoker else "",
         "" if first is None else f"{first:.2f}",
+        CLOCKS.get(row.get("clock", ""), ""),
     ]
     cells += epoch_cells(row, row["images"], cpu_digits=2)
     return "| " + " | ".join(cells) + " |"
@@ -156,20 +161,37 @@ def acceptance(results: dict[str, Any], sets: list[str]) -> list[dict[str, Any]]
 def report(results: dict[str, Any], args: argparse.Namespace) -> tuple[str, list[dict[str, Any]]]:
     """The Markdown table and the acceptance summary; and the checks, for the JSON."""
     sets = args.sets.split(",")
+    starts = {
+        row["start_method"]
+        for name in sets
+        for row in results[name].values()
+        if isinstance(row, dict) and "start_method" in row
+    }
     lines = [
         f"# Loader benchmark: batches of 256 uint8 224x224, {args.rtt_ms:g} ms RTT, "
-        f"{link_rate(args) * 8 / 1e9:g} Gbit/s, "
-        f"{os.cpu_count()} CPUs, median of {args.repeats} interleaved runs",
+        f"{link_rate(args) * 8 / 1e9:g} Gbit/s, {os.cpu_count()} CPUs",
+        "",
+        *method_lines(
+            args.repeats,
+            "each method but the in-RAM rows in a fresh process; images/s are its images over "
+            "the seconds from the process's start to its last batch, and its first batch is "
+            "counted from the process's start (imports, listing or index, worker start-up and "
+            "tf.data's download included); the disk-cache row times its second epoch's loop, "
+            "the in-RAM rows their decoding loop (the clock column)",
+            "the DataLoaders' workers: "
+            + (", ".join(sorted(starts)) or "none ran")
+            + "; stoker's Loader runs its decode threads in its own process",
+        ),
         "",
         "Read per epoch: the proxy's bytes and requests (~: scaled up from part of an epoch), "
         "against the bytes of the objects the method reads (shards, TFRecords or originals). "
-        "First batch: after process start for stoker and tf.data (tf.data's includes its "
-        "download), after iter() for the DataLoaders. CPU ms per image: the method's own "
-        "process over its timed epoch (the in-RAM rows: over their decoding).",
+        "CPU ms per image: the method's own process over its timed epoch (the in-RAM rows: "
+        "over their decoding; the DataLoaders: the training process only, not its workers).",
         "",
         "| set | method | images | images/s | vs full decode in RAM | stoker is | first batch s "
-        "| MB read per epoch | x its data | requests per epoch | peak RSS MB | CPU ms per image |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| clock | MB read per epoch | x its data | requests per epoch | peak RSS MB "
+        "| CPU ms per image |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     for name in sets:
         r = results[name]
@@ -226,15 +248,14 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> tuple[str, list
                 lines.append(
                     f"| {name} | {transform} | {label} of all | {r[method]['download_s']:.1f} s |"
                 )
-        if "tfdata" in r:
-            tf = r["tfdata"]
-            cold = tf["images"] / (tf["download_s"] + tf["seconds"])
-            stoker_rate = r.get("stoker", {}).get("images_per_s")
-            vs = f" (stoker {stoker_rate / cold:.2f}x)" if stoker_rate else ""
-            lines.append(
-                f"| {name} | {transform} | tf.data's images/s counting its download, "
-                f"from cold as stoker's{vs} | {cold:,.0f} |"
+    lines += ["", "stoker against the strongest baseline (tf.data and the DataLoaders):", ""]
+    for name in sets:
+        lines += [
+            f"- set {name}: {line[2:]}"
+            for line in vs_strongest(
+                results[name], ["stoker"], BASELINES, "images_per_s", NAMES, args.repeats
             )
+        ]
     checks = acceptance(results, sets)
     lines += ["", "## Issue 16 acceptance", "", "| check | measured | result |"]
     lines.append("| --- | ---: | :---: |")
