@@ -21,7 +21,7 @@ from stoker.core.metrics import Stage
 from stoker.profile.trace import place_events
 
 if TYPE_CHECKING:
-    from stoker.profile.compare import Comparison
+    from stoker.profile.comparison import Comparison
     from stoker.profile.diagnosis import Diagnosis
 
 Font = ImageFont.FreeTypeFont | ImageFont.ImageFont
