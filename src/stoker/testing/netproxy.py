@@ -33,8 +33,9 @@ from types import FrameType
 
 from stoker.testing.faults import FAULT_KINDS, FaultConfig, FaultPolicy
 from stoker.testing.link import Link, LinkConfig, parse_rate
+from stoker.testing.proxystate import ProxyState, ProxyStats
 from stoker.testing.ratelimit import PrefixCounts, PrefixRateLimiter, RateLimitConfig
-from stoker.testing.relay import ProxyState, ProxyStats, Relay
+from stoker.testing.relay import Relay
 
 __all__ = [
     "FAULT_KINDS",
