@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import shlex
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -41,15 +40,15 @@ from typing import Any
 
 import numpy as np
 
-from stoker.errors import BucketNotFoundError, SourceError, StokerError
+from stoker.errors import BucketNotFoundError, SourceError
 from stoker.format.foreign.base import sample_key
 from stoker.format.foreign.imagefolder import ImageFolderReader
 from stoker.format.foreign.locations import is_remote
-from stoker.format.foreign.wds_tar import COMPRESSED_TAR_SUFFIXES
 from stoker.format.spec import normalise_extension
 from stoker.pipeline.batcher import Batcher, BatcherSettings
 from stoker.pipeline.batching import BatchAssembler
 from stoker.pipeline.config import CacheConfig
+from stoker.pipeline.folder_advice import PACKED_SPEEDUP, names_at, no_dataset_error, pack_command
 from stoker.pipeline.listing import (
     FolderListing,
     ListedStore,
@@ -64,18 +63,9 @@ from stoker.storage.cache import DiskCache
 from stoker.storage.cache_once import fetch_once
 from stoker.storage.cached import cache_reads
 from stoker.storage.open import open_store
-from stoker.storage.url import parse_url
 
 logger = logging.getLogger(__name__)
 
-#: What packing gave in the full benchmarks/loader.py run (20,000 and 25,000 photos read
-#: cold through a 20 ms / 1 Gbit/s link, 2 cores, so decoding bounds both): packed shards
-#: streamed 1.16x (105 kB photos) and 2.67x (9 kB) the images/s of the folder, with 9x and
-#: 64x fewer requests. The hint quotes it.
-PACKED_SPEEDUP = (
-    "1.2x (100 kB photos) to 2.7x (9 kB) faster on 2 cores, more where decoding keeps up, "
-    "with 9x to 64x fewer requests"
-)
 _hinted: set[str] = set()  # folders this process has given the pack hint for
 _hint_lock = threading.Lock()
 
@@ -254,48 +244,6 @@ class FolderSource:
         return [found[int(i)] for i in ids]
 
 
-def no_dataset_error(
-    url: str, reason: BaseException | None = None, *, names: Sequence[str] = ()
-) -> FileNotFoundError:
-    """The error for a location with neither a packed dataset's index nor image files, with
-    the way on for what it holds (``names``: the keys directly under it). WebDataset tars
-    are indexed in place (``stoker index``); other files are packed into a new location
-    beside it; only an empty location is suggested as a place to pack into."""
-    where = f" ({reason})" if reason is not None else ""
-    quoted = shlex.quote(url)
-    tars = sorted(n for n in names if n.endswith(".tar"))
-    compressed = sorted(n for n in names if n.lower().endswith(COMPRESSED_TAR_SUFFIXES))
-    if tars:
-        way = (
-            f"It holds {len(tars)} .tar file(s) ({tars[0]}, ...): if they are WebDataset "
-            f"shards, index them in place with `stoker index {quoted}` (the tars stay as "
-            "they are; index.json goes beside them) and open it again"
-        )
-    elif compressed:
-        way = (
-            f"It holds {len(compressed)} compressed tar(s) ({compressed[0]}, ...): stoker "
-            "reads uncompressed tars; decompress them into a new location and index that "
-            "with `stoker index URL`"
-        )
-    elif names:
-        way = f"Pack it into a new location with `{pack_command(url)}` and open the copy"
-    else:
-        way = f"Pack your data into it with `stoker pack SRC {quoted}`"
-    return FileNotFoundError(
-        f"{url}: neither a packed dataset (no index.json) nor a folder of images{where}. "
-        f"{way}, or point at a folder of class folders of images (ROOT/CLASS/IMAGE.jpg) to "
-        "stream it unpacked"
-    )
-
-
-def _names_at(store: Store) -> list[str]:
-    """The keys directly under ``store``'s root, for an error's advice (none if unlistable)."""
-    try:
-        return [meta.key for meta in store.list_dir("").objects]
-    except (OSError, StokerError):
-        return []
-
-
 def open_folder(
     url: str,
     *,
@@ -360,7 +308,7 @@ def _list(location: str, store: Store, storage_options: Mapping[str, Any] | None
     except BucketNotFoundError:
         raise
     except SourceError as exc:  # with on_error="skip", only "no images" or "not a folder"
-        raise no_dataset_error(location, exc, names=_names_at(store)) from None
+        raise no_dataset_error(location, exc, names=names_at(store)) from None
     if reader.unusable:
         shown = ", ".join(repr(p["key"]) for p in reader.unusable[:5])
         more = len(reader.unusable) - 5
@@ -390,15 +338,6 @@ def _list(location: str, store: Store, storage_options: Mapping[str, Any] | None
         etags,
         list(reader.class_names),
     )
-
-
-def pack_command(url: str) -> str:
-    """The ``stoker pack`` command for a folder, into a sibling prefix or directory, each
-    URL quoted for a POSIX shell where it needs it (a key may hold ``?``, ``*`` or ``#``)."""
-    parsed = parse_url(url)
-    has_parent = bool(parsed.prefix.strip("/"))
-    destination = shlex.quote(f"{url.rstrip('/')}-packed") if has_parent else "DST"
-    return f"stoker pack {shlex.quote(url)} {destination}"
 
 
 def _hint(url: str, images: int) -> None:

@@ -20,7 +20,7 @@ from PIL import Image
 from stoker.core.metrics import Stage, StageTotals
 from stoker.core.units import format_bytes
 from stoker.format.foreign.locations import is_remote
-from stoker.pipeline.folder import PACKED_SPEEDUP, pack_command
+from stoker.pipeline.folder_advice import PACKED_SPEEDUP, pack_command
 from stoker.pipeline.loader import Loader
 from stoker.pipeline.transforms import PlannedTransform
 from stoker.profile.diagnosis import PHASE_NAMES
