@@ -70,7 +70,8 @@ def prepare(workdir: Path) -> Path:
     destination = workdir / "tokens"
     config = TokenPackConfig(eos_id=EOS, vocab_size=VOCAB, max_shard_bytes=8_000)
     report = pack_tokens(source, destination, config=config, tokenizer=tokenize)
-    say(f"packed {report.documents} documents, {report.tokens} tokens")
+    tokens = report.tokens.tokens if report.tokens else 0
+    say(f"packed {report.samples} documents, {tokens} tokens")
     return destination
 
 

@@ -42,10 +42,10 @@ def test_pack_then_inspect_a_token_dataset(tmp_path: Path) -> None:
     expected = np.concatenate([np.append(docs[k], 500) for k in keys])
     assert np.array_equal(reader.read(0, reader.tokens), expected)
     assert keys != sorted(keys)  # shuffled
-    assert summary["documents"] == 8
-    assert summary["tokens"] == sum(lengths) + 8
-    assert summary["dtype"] == "uint16"
-    assert summary["shuffle_seed"] == 3
+    assert summary["samples"] == 8
+    assert summary["tokens"]["tokens"] == sum(lengths) + 8
+    assert summary["tokens"]["dtype"] == "uint16"
+    assert summary["tokens"]["shuffle_seed"] == 3
     assert summary["shards"] == len(reader.dataset.shards) > 2
 
     code, out, err = _run("inspect", str(tmp_path / "ds"), "--seq-len", "7", "--json")

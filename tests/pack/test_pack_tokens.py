@@ -63,15 +63,21 @@ def test_an_npy_folder_packs_its_documents_shuffled_by_the_seed(tmp_path: Path) 
     assert len(reader.dataset.shards) > 3
     assert reader.layout.dtype == np.dtype("<u2")
     assert reader.layout.eos_id == 1000
-    assert (report.documents, report.tokens, report.dtype) == (30, len(stream), "uint16")
-    assert report.max_id == 1000
+    assert report.tokens is not None
+    assert (report.samples, report.tokens.tokens, report.tokens.dtype) == (
+        30,
+        len(stream),
+        "uint16",
+    )
+    assert report.tokens.max_id == 1000
     assert report.shards == len(reader.dataset.shards)
     kept = pack_tokens(
         tmp_path / "in", tmp_path / "kept", config=TokenPackConfig(shuffle_seed=None)
     )
     stream, keys, reader = _stream(tmp_path / "kept")
     assert keys == listed
-    assert kept.shuffle_seed is None
+    assert kept.tokens is not None
+    assert kept.tokens.shuffle_seed is None
     assert reader.dataset.index.packed_with["shuffle_seed"] is None
     assert np.array_equal(stream, _expected(by_key, keys, None))
 
@@ -105,7 +111,9 @@ def test_the_dtype_is_the_narrowest_for_the_vocabulary_or_the_largest_id(
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "a.npy").write_bytes(_npy(np.array([0, top], dtype=np.int64)))
     config = TokenPackConfig(vocab_size=vocab_size)
-    assert pack_tokens(tmp_path / "in", tmp_path / "ds", config=config).dtype == dtype
+    stats = pack_tokens(tmp_path / "in", tmp_path / "ds", config=config).tokens
+    assert stats is not None
+    assert stats.dtype == dtype
     stream, _, reader = _stream(tmp_path / "ds")
     assert reader.layout.dtype.name == dtype
     assert stream.tolist() == [0, top]
@@ -162,7 +170,7 @@ def test_bad_documents_are_named_or_skipped_and_listed(tmp_path: Path) -> None:
     for key, reason in reasons.items():
         assert reason in skipped[key]["reason"], (key, skipped[key])
         assert skipped[key]["source"] == str(tmp_path / "in" / f"{key}.npy")
-    assert report.documents == 5
+    assert report.samples == 5
     index = open_dataset(tmp_path / "ds2").index
     assert index.skipped == report.skipped
     assert len(index) == 5
@@ -235,7 +243,8 @@ def test_jsonl_text_with_a_function_tokenizer(tmp_path: Path) -> None:
         for n, t in zip(numbers, texts, strict=False)
     }
     assert np.array_equal(stream, _expected(by_key, keys, 256))
-    assert report.tokenizer == "function _bytes_tokenizer"
+    assert report.tokens is not None
+    assert report.tokens.tokenizer == "function _bytes_tokenizer"
 
 
 def _word_level_tokenizer(path: Path, words: list[str]) -> int:
@@ -271,8 +280,9 @@ def test_parquet_text_with_a_tokenizers_file(tmp_path: Path) -> None:
     stream, keys, reader = _stream(tmp_path / "ds")
     assert np.array_equal(stream, _expected(by_key, keys, size - 1))
     assert reader.dataset.index.packed_with["vocab_size"] == size
-    assert report.tokenizer is not None
-    assert "vocabulary 9" in report.tokenizer
+    assert report.tokens is not None
+    assert report.tokens.tokenizer is not None
+    assert "vocabulary 9" in report.tokens.tokenizer
 
 
 def test_a_tokenizer_file_without_tokenizers_says_what_to_install(

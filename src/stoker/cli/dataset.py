@@ -9,13 +9,12 @@ import json
 import sys
 
 import click
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 
 from stoker.cli.common import handle_errors, printable
 from stoker.cli.common import storage_options as _storage
 from stoker.cli.inspect import LABEL_MIX_BATCH, inspect_command
 from stoker.cli.params import ByteSize
+from stoker.cli.progress import pack_bar
 from stoker.cli.tokens import check_pack_options, pack_tokens_command, with_token_pack_options
 from stoker.core.units import format_bytes
 from stoker.format.reader import open_dataset
@@ -201,20 +200,7 @@ def pack_command(
         prefixes=prefixes,
     )
     show = not no_progress and not as_json and sys.stderr.isatty()
-    bar = Progress(
-        "pack",
-        BarColumn(),
-        MofNCompleteColumn(),
-        "samples",
-        TimeRemainingColumn(),
-        console=Console(stderr=True),
-        disable=not show,
-    )
-    task = bar.add_task("pack", total=None)
-
-    def progress(total: int, samples: int, _nbytes: int) -> None:
-        bar.update(task, total=total, advance=samples)
-
+    bar, progress = pack_bar("samples", enabled=show)
     with bar:
         report = pack(
             src,

@@ -1,19 +1,44 @@
-"""A rich progress bar that implements the transfer ProgressSink."""
+"""Rich progress bars: one for transfers (the ProgressSink), one for packs."""
 
 from __future__ import annotations
 
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.progress import (
     BarColumn,
     DownloadColumn,
+    MofNCompleteColumn,
     Progress,
     TaskID,
     TextColumn,
     TimeRemainingColumn,
     TransferSpeedColumn,
 )
+
+if TYPE_CHECKING:
+    from stoker.pack.report import PackProgress
+
+
+def pack_bar(noun: str, *, enabled: bool) -> tuple[Progress, PackProgress]:
+    """A bar of ``noun`` (samples, documents) done of total, and the pack's progress
+    callback that moves it. Silent when ``enabled`` is False."""
+    bar = Progress(
+        "pack",
+        BarColumn(),
+        MofNCompleteColumn(),
+        noun,
+        TimeRemainingColumn(),
+        console=Console(stderr=True),
+        disable=not enabled,
+    )
+    task = bar.add_task("pack", total=None)
+
+    def progress(total: int | None, samples: int, _nbytes: int) -> None:
+        bar.update(task, total=total, advance=samples)
+
+    return bar, progress
 
 
 class BarProgress:

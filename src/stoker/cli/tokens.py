@@ -8,11 +8,11 @@ import sys
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 from rich.table import Table
 
 from stoker.cli.common import printable, with_options
 from stoker.cli.common import storage_options as _storage
+from stoker.cli.progress import pack_bar
 from stoker.core.units import format_bytes
 from stoker.pack.token_sources import BIN_DTYPES
 from stoker.pack.tokens import TokenPackConfig, TokenSummary, pack_tokens
@@ -115,20 +115,7 @@ def pack_tokens_command(
         workers=params["workers"],
     )
     show = not no_progress and not as_json and sys.stderr.isatty()
-    bar = Progress(
-        "{task.description}",
-        BarColumn(),
-        MofNCompleteColumn(),
-        "documents",
-        TimeRemainingColumn(),
-        console=Console(stderr=True),
-        disable=not show,
-    )
-    tasks = {phase: bar.add_task(phase, total=None) for phase in ("read", "write")}
-
-    def progress(phase: str, total: int | None, advance: int) -> None:
-        bar.update(tasks[phase], total=total, advance=advance)
-
+    bar, progress = pack_bar("documents", enabled=show)
     with bar:
         report = pack_tokens(
             src,
@@ -142,19 +129,28 @@ def pack_tokens_command(
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=2))
         return
-    using = f" with {report.tokenizer}" if report.tokenizer else ""
+    stats = report.tokens
+    if stats is None:  # pack_tokens always sets it
+        raise RuntimeError("a token pack reported no tokens")
+    using = f" with {stats.tokenizer}" if stats.tokenizer else ""
     click.echo(f"Read {report.source}{using}.")
     order = (
         "in the input's order"
-        if report.shuffle_seed is None
-        else f"shuffled by seed {report.shuffle_seed}"
+        if stats.shuffle_seed is None
+        else f"shuffled by seed {stats.shuffle_seed}"
     )
-    eos = "" if report.eos_id is None else f", end-of-text id {report.eos_id} after each"
+    eos = "" if stats.eos_id is None else f", end-of-text id {stats.eos_id} after each"
+    reused = (
+        f"; {_count(report.shards_reused, 'shard')} reused from an earlier run"
+        if report.shards_reused
+        else ""
+    )
     click.echo(
-        f"Packed {report.documents:,} documents, {report.tokens:,} tokens ({report.dtype}"
-        f"{eos}; largest id {report.max_id:,}) into {_count(report.shards, 'shard')} at "
+        f"Packed {report.samples:,} documents, {stats.tokens:,} tokens ({stats.dtype}"
+        f"{eos}; largest id {stats.max_id:,}) into {_count(report.shards, 'shard')} at "
         f"{report.destination} in {report.seconds:.1f} s, documents {order}; "
-        f"read {format_bytes(report.bytes_in)}, wrote {format_bytes(report.bytes_out)}."
+        f"read {format_bytes(report.bytes_in)}, wrote {format_bytes(report.bytes_out)}"
+        f"{reused}."
     )
     if report.skipped:
         click.echo(f"Skipped {len(report.skipped)} documents (listed in index.json):", err=True)

@@ -41,6 +41,7 @@ from stoker.format.writer import SampleRecord, ShardRecord, ShardWriter
 from stoker.pack.fieldcheck import check_field
 from stoker.pack.plan import plan_shards
 from stoker.pack.reencode import ImagePolicy, process_image
+from stoker.pack.report import PackProgress, PackReport
 from stoker.pack.resume import check_shards_present, resume_state
 from stoker.pack.sources import check_class_names, open_reader, refuse_destination_in_source
 from stoker.storage import Store, open_store
@@ -105,47 +106,8 @@ class PackConfig:
         return {"images": asdict(self.images), **spread}
 
 
-@dataclass(slots=True, kw_only=True)
-class PackReport:
-    """What a pack did.
-
-    Attributes:
-        source: Description of the input.
-        source_format: The reader used (guessed or given).
-        destination: Dataset URL.
-        samples: Samples in the dataset.
-        shards: Shards in the dataset.
-        shards_reused: Shards found complete from an earlier, interrupted run.
-        bytes_in: Input bytes read in this run.
-        bytes_out: Shard bytes written in this run.
-        seconds: Wall time.
-        skipped: Inputs left out (``on_error="skip"``): key, source, reason.
-        requests: Counters (requests, bytes, retries, errors by kind) of the reads from the
-            input (``"source"``) and of the writes to the dataset (``"destination"``). With
-            ``engine="ray"``, the reads and shard writes made by Ray workers are not in it.
-    """
-
-    source: str
-    source_format: str
-    destination: str
-    samples: int = 0
-    shards: int = 0
-    shards_reused: int = 0
-    bytes_in: int = 0
-    bytes_out: int = 0
-    seconds: float = 0.0
-    skipped: list[dict[str, str]] = field(default_factory=list)
-    requests: dict[str, dict[str, int]] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict."""
-        data = asdict(self)
-        data["samples_per_s"] = round(self.samples / self.seconds, 1) if self.seconds else 0.0
-        data["bytes_in_per_s"] = round(self.bytes_in / self.seconds, 1) if self.seconds else 0.0
-        return data
-
-
-ProgressCallback = Callable[[int, int], None]
+#: Called by a shard writer as samples are read: ``tick(samples, nbytes)``.
+ShardTick = Callable[[int, int], None]
 
 
 def _record_to_json(
@@ -238,7 +200,7 @@ def write_one_shard(
     config: PackConfig,
     *,
     read_pool: ThreadPoolExecutor | None = None,
-    progress: ProgressCallback | None = None,
+    progress: ShardTick | None = None,
 ) -> bytes:
     """Read, check and write shard ``number`` and its record; returns the record's JSON.
 
@@ -298,7 +260,7 @@ def pack(
     config: PackConfig | None = None,
     source_format: str = "auto",
     storage_options: Mapping[str, Any] | None = None,
-    progress: Callable[[int, int, int], None] | None = None,
+    progress: PackProgress | None = None,
     class_names: Sequence[str] | None = None,
     allow_outside_list: bool = False,
 ) -> PackReport:
@@ -312,7 +274,8 @@ def pack(
         source_format: ``"auto"`` (guess from names) or one of ``"imagefolder"``,
             ``"list"``, ``"webdataset"``, ``"tfrecord"``, ``"hdf5"``.
         storage_options: For both source and destination (see :func:`stoker.open_store`).
-        progress: Called as ``progress(total_samples, done_samples_delta, bytes_delta)``.
+        progress: Called as ``progress(total, samples, nbytes)`` as samples are read (see
+            :data:`~stoker.pack.report.PackProgress`).
         class_names: Names of the labels, in label order, for the index (and for a list's
             class-name labels); an image folder's names are its folders, and must match.
         allow_outside_list: Let a CSV/JSONL list name files outside its own folder.

@@ -7,30 +7,41 @@ directory (``tempfile``; 2 or 4 bytes a token, removed at the end). Staging give
 largest id before the dtype is chosen and lets the documents be written in a seeded
 shuffled order (as image packs are), whatever the input: the dataset is ``uint16`` when
 the vocabulary size (given, or the tokenizer's) fits it, or, with no vocabulary size
-known, when the largest id found does; else ``uint32``. Then
-:func:`~stoker.format.token_writer.write_token_dataset` writes the shards and, last, the
-index (the commit point): an interrupted pack leaves shards and no index; the
-destination must be empty, so delete them and pack again.
+known, when the largest id found does; else ``uint32``. Then the shards are written one
+by one, each followed by its record in ``_stoker/`` and, last, the index (the commit
+point), under the destination rule of every pack (:mod:`stoker.pack.resume`): a rerun of
+an interrupted pack, with the same input and arguments, writes only the shards it lacks.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import random
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import IO, Any, Literal
 
 import numpy as np
 
 from stoker.errors import SourceError
 from stoker.format.foreign.locations import LocationReader
-from stoker.format.token_writer import write_token_dataset
+from stoker.format.spec import PACK_STATE_DIR, shard_name
+from stoker.format.token_writer import (
+    TokenShard,
+    group_documents,
+    write_token_index,
+    write_token_shard,
+)
 from stoker.format.tokens import TOKEN_LIMITS, token_dtype
+from stoker.format.writer import SampleRecord, ShardRecord
 from stoker.pack.packer import DEFAULT_SHARD_BYTES
+from stoker.pack.plan import PackPlan, plan_ids
+from stoker.pack.report import PackProgress, PackReport, TokenStats
+from stoker.pack.resume import check_shards_present, refuse_foreign, resume_state
 from stoker.pack.sources import refuse_destination_in_source
 from stoker.pack.token_sources import (
     BIN_DTYPES,
@@ -110,51 +121,9 @@ class TokenPackConfig:
             raise ValueError(f"on_error must be 'raise' or 'skip', got {self.on_error!r}")
 
 
-@dataclass(slots=True, kw_only=True)
-class TokenPackReport:
-    """What a token pack did.
-
-    Attributes:
-        source: Description of the input.
-        source_format: ``documents``, ``concatenated``, ``jsonl`` or ``parquet``.
-        tokenizer: The tokenizer used for text, described, or None.
-        destination: Dataset URL.
-        documents: Documents in the dataset.
-        tokens: Tokens in the dataset (end-of-text ids included).
-        shards: Shards in the dataset.
-        dtype: ``uint16`` or ``uint32``.
-        eos_id: The end-of-text id appended to each document, or None.
-        max_id: The largest id in the dataset.
-        shuffle_seed: The seed of the documents' order, or None for the input's order.
-        bytes_in: Input bytes read.
-        bytes_out: Shard bytes written.
-        seconds: Wall time.
-        skipped: Documents left out (``on_error="skip"``): key, source, reason.
-        requests: Request counters of the reads (``"source"``) and writes (``"destination"``).
-    """
-
-    source: str
-    source_format: str
-    tokenizer: str | None
-    destination: str
-    documents: int = 0
-    tokens: int = 0
-    shards: int = 0
-    dtype: str = ""
-    eos_id: int | None = None
-    max_id: int = 0
-    shuffle_seed: int | None = None
-    bytes_in: int = 0
-    bytes_out: int = 0
-    seconds: float = 0.0
-    skipped: list[dict[str, str]] = field(default_factory=list)
-    requests: dict[str, dict[str, int]] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict."""
-        data = asdict(self)
-        data["tokens_per_s"] = round(self.tokens / self.seconds, 1) if self.seconds else 0.0
-        return data
+#: The report of a token pack: the report of every pack (its ``tokens`` holds the token
+#: counts, dtype and ids).
+TokenPackReport = PackReport
 
 
 def pack_tokens(
@@ -165,31 +134,39 @@ def pack_tokens(
     tokenizer: Tokenizer | str | os.PathLike[str] | None = None,
     offsets: str | os.PathLike[str] | None = None,
     storage_options: Mapping[str, Any] | None = None,
-    progress: Callable[[str, int | None, int], None] | None = None,
-) -> TokenPackReport:
+    progress: PackProgress | None = None,
+) -> PackReport:
     """Pack tokenized documents, or text with a tokenizer, into a token dataset.
+
+    The destination follows the rule of every pack: empty, or holding a pack of the same
+    input and arguments, which this run resumes (writing only the shards it lacks, then
+    the index); anything else there is refused, named, before the input is read.
 
     Args:
         source: A folder (local or bucket) of ``.npy``/``.bin`` documents, one file of
             concatenated tokens (with ``offsets``), or JSONL or Parquet text (a file or a
             folder of them); see :mod:`stoker.pack.token_sources`.
-        destination: Where the dataset goes; must be empty.
+        destination: Where the dataset goes.
         config: End-of-text id, vocabulary size, shard size, order, error policy.
         tokenizer: For text: a function of one text returning its ids, or a Hugging Face
             ``tokenizers`` JSON file (``pip install 'stoker[tokenizers]'``).
         offsets: A ``.npy`` of each document's start in ``source``, and the end.
         storage_options: For source and destination (see :func:`stoker.open_store`).
-        progress: Called as ``progress(phase, total, advance)``: phase ``"read"`` per
-            document read (total None while unknown), then ``"write"`` per document written.
+        progress: Called as ``progress(total, documents, nbytes)`` as documents are read
+            and checked (see :data:`~stoker.pack.report.PackProgress`); ``total`` is None
+            while unknown (text, concatenated tokens).
 
     Returns:
-        What was packed.
+        What was packed; its ``tokens`` holds the token counts, dtype and ids.
 
     Raises:
         SourceError: A bad document with ``on_error="raise"``: names it and the reason (an
             id out of range, an empty document, not a 1-D integer array).
-        ValueError: The destination inside the source folder or not empty; input of
-            mixed kinds or none; text and no tokenizer; bad offsets.
+        StokerError: The destination holds a pack of other input or arguments (the
+            message names the arguments that differ).
+        ValueError: The destination inside the source folder or holding anything but a
+            pack of the same input and arguments; input of mixed kinds or none; text and
+            no tokenizer; bad offsets.
         ImportError: A tokenizer file and no ``tokenizers``, or Parquet and no pyarrow.
     """
     config = config or TokenPackConfig()
@@ -197,33 +174,34 @@ def pack_tokens(
     src, dst = os.fspath(source), os.fspath(destination)
     refuse_destination_in_source(src, dst)
     store = open_store(dst, storage_options=storage_options)
-    _refuse_occupied(store)
     offsets_at = None if offsets is None else os.fspath(offsets)
     inputs = find_token_inputs(src, offsets=offsets_at, storage_options=storage_options)
-    text = inputs.kind in ("jsonl", "parquet")
-    if text != (tokenizer is not None):
-        raise ValueError(
-            f"{src}: {inputs.kind} input needs a tokenizer"
-            if text
-            else f"{src}: already tokens ({inputs.kind}); a tokenizer applies to text only"
-        )
-    encoder = load_tokenizer(tokenizer, storage_options=storage_options) if text else None  # type: ignore[arg-type]
+    encoder = _encoder(inputs, src, tokenizer, storage_options)
     vocab_size = config.vocab_size or (encoder.vocab_size if encoder else None)
     if config.eos_id is not None and vocab_size is not None and config.eos_id >= vocab_size:
         raise ValueError(f"eos id {config.eos_id} is outside the vocabulary of {vocab_size:,}")
-    limit = _UINT32_MAX if vocab_size is None else vocab_size - 1
+    description = f"{inputs.kind} {src} ({len(inputs.files):,} files)"
+    packed_with = {
+        "source": description,
+        "format": inputs.kind,
+        "tokenizer": encoder.description if encoder else None,
+        "text_field": config.text_field if encoder else None,
+        "bin_dtype": config.bin_dtype,
+        "vocab_size": vocab_size,
+        "eos_id": config.eos_id,
+        "max_shard_bytes": config.max_shard_bytes,
+        "shuffle_seed": config.shuffle_seed,
+    }
+    plan = _plan(inputs, offsets_at, packed_with)
+    refuse_foreign(store, plan, description)
+    report = PackReport(
+        source=description, source_format=inputs.kind, destination=store.url, bytes_in=inputs.bytes
+    )
     reader = LocationReader(storage_options)
+    limit = _UINT32_MAX if vocab_size is None else vocab_size - 1
     items = _read(inputs, reader, config, offsets_at)
     if encoder is not None:
         items = tokenized(items, encoder)
-    report = TokenPackReport(
-        source=f"{inputs.kind} {src} ({len(inputs.files):,} files)",
-        source_format=inputs.kind,
-        tokenizer=encoder.description if encoder else None,
-        destination=store.url,
-        bytes_in=inputs.bytes,
-        shuffle_seed=config.shuffle_seed,
-    )
     total = len(inputs.files) if inputs.kind == "documents" else None
     with _Staging(token_dtype(limit)) as staging:
         for item in items:
@@ -235,7 +213,7 @@ def pack_tokens(
             else:
                 report.skipped.append({"key": item.key, "source": item.source, "reason": problem})
             if progress is not None:
-                progress("read", total, 1)
+                progress(total, 1, tokens.nbytes)
         if not staging.keys:
             raise ValueError(
                 f"{src}: no documents to pack ({len(report.skipped)} skipped: "
@@ -243,56 +221,120 @@ def pack_tokens(
             )
         largest = max(staging.max_id, -1 if config.eos_id is None else config.eos_id)
         dtype = token_dtype(largest if vocab_size is None else vocab_size - 1)
-        order = list(range(len(staging.keys)))
-        if config.shuffle_seed is not None:
-            random.Random(config.shuffle_seed).shuffle(order)
-        packed_with = {
-            "source": report.source,
-            "format": inputs.kind,
-            "tokenizer": report.tokenizer,
-            "text_field": config.text_field if text else None,
-            "bin_dtype": config.bin_dtype,
-            "vocab_size": vocab_size,
-            "eos_id": config.eos_id,
-            "max_shard_bytes": config.max_shard_bytes,
-            "shuffle_seed": config.shuffle_seed,
-        }
-        documents = staging.documents(order)
-        if progress is not None:
-            documents = _ticking(documents, progress, len(order))
-        index = write_token_dataset(
-            store,
-            documents,
-            dtype=dtype,
-            eos_id=config.eos_id,
-            shard_tokens=max(1, config.max_shard_bytes // dtype.itemsize),
-            packed_with=packed_with,
-            skipped=report.skipped,
-        )
+        shards = _write_shards(store, staging, plan, dtype, config, report)
+    check_shards_present(store, [shard.record for shard in shards])
+    index = write_token_index(
+        store,
+        shards,
+        dtype=dtype,
+        eos_id=config.eos_id,
+        packed_with=packed_with,
+        skipped=report.skipped,
+    )
     layout = index.tokens
-    if layout is None:  # write_token_dataset always sets it
-        raise RuntimeError("write_token_dataset wrote no tokens section")
-    report.documents, report.tokens, report.shards = len(index), layout.tokens, len(index.shards)
-    report.dtype, report.eos_id, report.max_id = layout.dtype.name, layout.eos_id, layout.max_id
-    report.bytes_out = sum(s.size for s in index.shards)
+    if layout is None:  # write_token_index always sets it
+        raise RuntimeError("write_token_index wrote no tokens section")
+    report.samples, report.shards = len(index), len(shards)
+    report.tokens = TokenStats(
+        tokens=layout.tokens,
+        dtype=layout.dtype.name,
+        eos_id=layout.eos_id,
+        max_id=layout.max_id,
+        tokenizer=encoder.description if encoder else None,
+        shuffle_seed=config.shuffle_seed,
+    )
     report.requests = {"source": reader.requests(), "destination": store.counters.snapshot()}
     report.seconds = time.perf_counter() - started
     return report
 
 
-def _refuse_occupied(store: Store) -> None:
-    found = []
-    for meta in store.list(""):
-        found.append(repr(meta.key))
-        if len(found) > 5:
-            break
-    if found:
-        named = ", ".join(found[:5]) + (" and more" if len(found) > 5 else "")
+def _encoder(
+    inputs: TokenInputs,
+    src: str,
+    tokenizer: Tokenizer | str | os.PathLike[str] | None,
+    storage_options: Mapping[str, Any] | None,
+) -> Any:
+    """The tokenizer text input needs, loaded; None for tokens (refusing a tokenizer)."""
+    text = inputs.kind in ("jsonl", "parquet")
+    if text != (tokenizer is not None):
         raise ValueError(
-            f"{store.url}: not empty, it holds {named}; a token pack writes only into an "
-            "empty folder or prefix (one interrupted leaves shards and no index.json: delete "
-            "them and pack again)"
+            f"{src}: {inputs.kind} input needs a tokenizer"
+            if text
+            else f"{src}: already tokens ({inputs.kind}); a tokenizer applies to text only"
         )
+    return load_tokenizer(tokenizer, storage_options=storage_options) if text else None  # type: ignore[arg-type]
+
+
+def _plan(inputs: TokenInputs, offsets: str | None, packed_with: dict[str, Any]) -> PackPlan:
+    """The pack's plan before its input is read: its id (the input files, their sizes and
+    the arguments); its shards are cut once the documents are staged."""
+    settings = {name: value for name, value in packed_with.items() if name != "source"}
+    listing = [f"offsets\0{offsets}"] + [
+        f"{f.relative}\0{f.location}\0{f.size}" for f in inputs.files
+    ]
+    plan_id, listing_id = plan_ids(settings, listing)
+    return PackPlan(shards=[], plan_id=plan_id, settings=settings, listing_id=listing_id)
+
+
+def _write_shards(
+    store: Store,
+    staging: _Staging,
+    plan: PackPlan,
+    dtype: np.dtype[Any],
+    config: TokenPackConfig,
+    report: PackReport,
+) -> list[TokenShard]:
+    """Cut the staged documents, in the pack's order, into shards and write those an
+    earlier run of the same plan did not finish, each followed by its record."""
+    order = list(range(len(staging.keys)))
+    if config.shuffle_seed is not None:
+        random.Random(config.shuffle_seed).shuffle(order)
+    extra = 0 if config.eos_id is None else 1
+    shard_tokens = max(1, config.max_shard_bytes // dtype.itemsize)
+    groups = list(group_documents(order, lambda n: staging.length(n) + extra, shard_tokens))
+    plan = replace(plan, shards=groups)
+    keys = [shard_name(n) for n in range(len(groups))]
+    done = resume_state(store, plan, report.source_format, report.source, shard_keys=keys)
+    report.shards_reused = len(done)
+    shards = []
+    for number, group in enumerate(groups):
+        if number in done:
+            shards.append(_shard_from_json(done[number]))
+            continue
+        shard = write_token_shard(
+            store, number, staging.documents(group), dtype=dtype, eos_id=config.eos_id
+        )
+        store.put(_state_key(number), _shard_to_json(shard))
+        report.bytes_out += shard.record.size
+        shards.append(shard)
+    return shards
+
+
+def _state_key(number: int) -> str:
+    return f"{PACK_STATE_DIR}/{shard_name(number).removesuffix('.tar')}.json"
+
+
+def _shard_to_json(shard: TokenShard) -> bytes:
+    """A written shard's record: what the index needs of it, for a resumed pack."""
+    record = shard.record
+    return json.dumps(
+        {
+            "name": record.name,
+            "size": record.size,
+            "sha256": record.sha256,
+            "samples": [[s.key, s.offset, s.length, s.crc32] for s in record.samples],
+            "tokens": shard.tokens,
+            "data_offset": shard.data_offset,
+            "max_id": shard.max_id,
+        }
+    ).encode()
+
+
+def _shard_from_json(data: bytes) -> TokenShard:
+    raw = json.loads(data)
+    samples = [SampleRecord(k, -1, int(o), int(n), int(c)) for k, o, n, c in raw["samples"]]
+    record = ShardRecord(raw["name"], int(raw["size"]), raw["sha256"], samples)
+    return TokenShard(record, int(raw["tokens"]), int(raw["data_offset"]), int(raw["max_id"]))
 
 
 def _read(
@@ -332,16 +374,6 @@ def _checked(item: Item, limit: int, vocab_size: int | None) -> tuple[np.ndarray
     return array, None
 
 
-def _ticking(
-    documents: Iterator[tuple[str, np.ndarray]],
-    progress: Callable[[str, int | None, int], None],
-    total: int,
-) -> Iterator[tuple[str, np.ndarray]]:
-    for document in documents:
-        yield document
-        progress("write", total, 1)
-
-
 class _Staging:
     """Checked documents in a temporary file, in input order, read back in any order."""
 
@@ -364,6 +396,10 @@ class _Staging:
         self.keys.append(key)
         self.starts.append(self.starts[-1] + len(tokens))
         self.max_id = max(self.max_id, int(tokens.max()))
+
+    def length(self, n: int) -> int:
+        """Tokens in document ``n`` (in input order)."""
+        return self.starts[n + 1] - self.starts[n]
 
     def documents(self, order: Sequence[int]) -> Iterator[tuple[str, np.ndarray]]:
         self._file.flush()
