@@ -131,26 +131,26 @@ def run_child(
     server_cpu, harness_cpu = cpu_seconds(server_pid) if server_pid else 0.0, cpu_seconds(None)
     with tempfile.TemporaryFile("w+") as stderr:
         launched = time.time()
-        process = subprocess.Popen(
+        with subprocess.Popen(
             [sys.executable, str(script), *args],
             env=dict(env),
             stdout=subprocess.PIPE,
             stderr=stderr,
             text=True,
-        )
-        assert process.stdout is not None
-        last: dict[str, Any] | None = None
-        for line in process.stdout:
-            try:
-                parsed = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(parsed, dict) and "event" in parsed:
-                if on_event is not None:
-                    on_event(parsed)
-            elif isinstance(parsed, dict):
-                last = parsed
-        code = process.wait()
+        ) as process:
+            assert process.stdout is not None
+            last: dict[str, Any] | None = None
+            for line in process.stdout:
+                try:
+                    parsed = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(parsed, dict) and "event" in parsed:
+                    if on_event is not None:
+                        on_event(parsed)
+                elif isinstance(parsed, dict):
+                    last = parsed
+            code = process.wait()
         wall = time.time() - launched
         if code or last is None:
             stderr.seek(0)
