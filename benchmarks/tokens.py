@@ -32,7 +32,10 @@ interpreter it starts uses bytecode compiled once into benchmarks/out/pycache by
 untimed import of each method's modules, as an installed package has it (``quiet.py``).
 Bytes and GETs per epoch are the proxy's own counts; CPU seconds are the method's process
 and its worker processes over the timed epoch, per billion tokens of ``input_ids``. Every
-method runs ``--repeats`` times, interleaved, and the table shows medians. The output ends
+method runs in a fresh process (``harness.py``) whose clock starts with it: tokens/s are
+its tokens over the seconds from the process's start to its last batch (the warm row: its
+second epoch's own loop). Every method runs ``--repeats`` times (3), the order rotated each
+round, and the table shows medians. The output ends
 with issue 24's goals, each with what was measured (shown, not asserted).
 
 LitData and Mosaic Streaming are installed apart from the project's environment, for
@@ -56,12 +59,8 @@ and benchmarks/out/tokens.md.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import shutil
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -70,9 +69,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from quiet import compiled_interpreters, cpu_seconds, settle
+from harness import add_round_args, machine, rounds, run_child, run_rounds, s3_env, write_report
+from quiet import compiled_interpreters, settle
 from stoker.testing.netproxy import LinkConfig, NetProxy
-from stoker.testing.seaweed import ACCESS_KEY, REGION, SECRET_KEY, SeaweedServer
+from stoker.testing.seaweed import SeaweedServer
 from tokens_data import CHILD, OUT, Corpus, prepare
 from tokens_libs import probe_libraries
 from tokens_report import report
@@ -94,48 +94,29 @@ class Bench:
         self.scratch, self.paths = scratch, paths
 
     def env(self, method: str) -> dict[str, str]:
-        env = {
-            **os.environ,
-            "AWS_ENDPOINT_URL": self.proxy.endpoint,
-            "S3_ENDPOINT_URL": self.proxy.endpoint,  # Mosaic Streaming's variable
-            "AWS_ACCESS_KEY_ID": ACCESS_KEY,
-            "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
-            "AWS_REGION": REGION,
-            "AWS_DEFAULT_REGION": REGION,
-        }
         extra = self.paths.get(method)
-        if extra:
-            env["PYTHONPATH"] = os.pathsep.join(filter(None, [extra, env.get("PYTHONPATH")]))
-        return env
+        python_path = os.pathsep.join(filter(None, [extra, os.environ.get("PYTHONPATH")]))
+        return s3_env(self.proxy.endpoint, {"PYTHONPATH": python_path} if extra else None)
 
-    def child(self, method: str, command: list[str]) -> dict[str, Any]:
-        """A method in its own process; its first batch counted from the process's start."""
-        server_cpu, harness_cpu = cpu_seconds(self.server.pid), cpu_seconds(None)
+    def child(self, method: str, command: list[str], clock: str = "launch") -> dict[str, Any]:
+        """A method in its own process; its clock starts with the process."""
         before = self.proxy.stats()
-        started = time.time()
-        done = subprocess.run(
-            [sys.executable, str(CHILD), *command],
+        result = run_child(
+            CHILD,
+            command,
             env=self.env(method),
-            capture_output=True,
-            text=True,
+            rate_key="tokens_per_s",
+            server_pid=self.server.pid,
+            clock=clock,
         )
-        wall = time.time() - started
         after = self.proxy.stats()
-        if done.returncode:
-            raise RuntimeError(f"{method} failed:\n{done.stderr[-4000:]}")
-        result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-        result["first_batch_s"] = result.pop("first_batch_at") - started
-        result["import_s"] = result.pop("imported_at") - started
+        launched = result["launched_at"]
+        result["import_s"] = result.pop("imported_at") - launched
         if "opened_at" in result:  # stoker: made the loader (read the index) by then
-            result["open_s"] = result.pop("opened_at") - started - result["import_s"]
+            result["open_s"] = result.pop("opened_at") - launched - result["import_s"]
         result.pop("started_at", None)
-        result["wall_s"] = wall
         result["bytes_per_epoch"] = after.bytes_down - before.bytes_down
         result["requests_per_epoch"] = after.requests - before.requests
-        # The server and the proxy (a thread of this process) share the cores with the
-        # method: how much of the machine they took while it ran.
-        result["server_cores"] = (cpu_seconds(self.server.pid) - server_cpu) / wall
-        result["proxy_cores"] = (cpu_seconds(None) - harness_cpu) / wall
         return result
 
     def _base(self) -> list[str]:
@@ -150,7 +131,7 @@ class Bench:
         cache = self.scratch / "stoker-cache"
         try:
             command = ["stoker", self.corpus.url("stoker"), *self._base(), str(cache)]
-            result = self.child("stoker", command)
+            result = self.child("stoker", command, clock="loop")
         finally:
             shutil.rmtree(cache, ignore_errors=True)
         # What its timed (second) epoch read from the store: the proxy saw both epochs.
@@ -185,7 +166,8 @@ class Bench:
 
     def memmap(self, dtype: str = "uint16") -> dict[str, Any]:
         command = ["memmap", str(self.corpus.stream), *self._base(), dtype]
-        result = self.child("memmap", command)
+        # The local-disk limit the warm row is held against: its loop alone, as the warm's.
+        result = self.child("memmap", command, clock="loop")
         for key in ("bytes_per_epoch", "requests_per_epoch", "server_cores", "proxy_cores"):
             result.pop(key)
         result["first_batch_s"] = None  # local disk: not a cold start from the bucket
@@ -211,36 +193,6 @@ def method_runs(bench: Bench, methods: list[str], args: argparse.Namespace) -> d
     return runs
 
 
-def median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Each number's median over the runs (other values from the first run)."""
-    merged = dict(runs[0])
-    for key, value in runs[0].items():
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            merged[key] = statistics.median(run[key] for run in runs)
-    merged["runs"] = len(runs)
-    return merged
-
-
-def run_rounds(bench: Bench, rows: dict[str, Any], repeats: int) -> dict[str, Any]:
-    methods = list(rows)
-    runs: dict[str, list[dict[str, Any]]] = {m: [] for m in methods}
-    for round_ in range(repeats):
-        for method in methods if round_ % 2 == 0 else methods[::-1]:
-            settled = settle(bench.server.pid, bench.args.settle_s)
-            result = rows[method]()
-            result.update(settled)
-            runs[method].append(result)
-            print(
-                f"round {round_ + 1}: {method} {result['tokens_per_s'] / 1e6:,.2f} M tokens/s",
-                flush=True,
-            )
-    merged = {}
-    for method, method_runs in runs.items():
-        merged[method] = median_of(method_runs)
-        merged[method]["each_round"] = [r["tokens_per_s"] for r in method_runs]
-    return merged
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -248,7 +200,6 @@ def main() -> int:
     parser.add_argument("--token-mb", type=int, default=600, help="MB of uint16 tokens")
     parser.add_argument("--seq-len", type=int, default=2048)
     parser.add_argument("--batch", type=int, default=8, help="sequences per batch")
-    parser.add_argument("--repeats", type=int, default=3, help="rounds, interleaved")
     parser.add_argument("--rtt-ms", type=float, default=20.0)
     parser.add_argument("--gbit", type=float, default=1.0, help="the proxy's link, Gbit/s")
     parser.add_argument(
@@ -262,23 +213,17 @@ def main() -> int:
     parser.add_argument(
         "--libs", help="a folder with litdata and mosaicml-streaming (pip install --target)"
     )
-    parser.add_argument("--quick", action="store_true", help="~100 MB of tokens, one round")
+    add_round_args(parser)  # --quick: ~100 MB of tokens, one round
     parser.add_argument(
         "--settle-s", type=float, default=20.0, help="most seconds to wait for a quiet machine"
     )
     args = parser.parse_args()
+    args.repeats = rounds(args)
     if args.quick:
-        args.token_mb, args.repeats = 100, 1
+        args.token_mb = 100
     OUT.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    results: dict[str, Any] = {
-        "machine": {
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "load_before": os.getloadavg(),
-        },
-        "args": vars(args),
-    }
+    results: dict[str, Any] = {"machine": machine(), "args": vars(args)}
     with tempfile.TemporaryDirectory(prefix="stoker-tokens-") as tmp:
         scratch = Path(tmp)
         libraries = probe_libraries(args.libs, scratch)
@@ -311,14 +256,18 @@ def main() -> int:
                         for m in ("stoker", *paths)
                     ],
                 )
-                results["methods"] = run_rounds(bench, rows, args.repeats)
+                results["methods"] = run_rounds(
+                    rows,
+                    args.repeats,
+                    rate_key="tokens_per_s",
+                    before_each=lambda: settle(server.pid, args.settle_s),
+                    show=lambda rate: f"{rate / 1e6:,.2f} M",
+                )
     results["machine"]["load_after"] = os.getloadavg()
     results["seconds"] = time.perf_counter() - started
     text, goals = report(results, args)
     results["goals"] = goals
-    (OUT / "tokens.json").write_text(json.dumps(results, indent=2))
-    (OUT / "tokens.md").write_text(text + "\n")
-    print(text)
+    write_report("tokens", results, text)
     return 0
 
 

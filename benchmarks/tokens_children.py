@@ -8,10 +8,12 @@
     python benchmarks/tokens_children.py write-mds CORPUS_DIR SEQ_LEN
 
 A run prints one JSON line: sequences and tokens (of ``input_ids``: ``seq_len`` a
-sequence) delivered, seconds (from the first ``next()`` to the last batch), tokens/s, CPU
-seconds over those (this process's threads, and the loader's worker processes once they
-are joined), ``first_batch_at`` and ``imported_at`` (``time.time()``: the parent subtracts
-the moment it started the process), peak RSS. Every batch is split into ``input_ids``
+sequence; ``units``) delivered, seconds (from the first ``next()`` to the last batch),
+tokens/s over those, CPU seconds over those (this process's threads, and the loader's
+worker processes once they are joined), ``first_batch_at``, ``ended_at`` and
+``imported_at`` (``time.time()``: the harness counts them from the moment it started the
+process), peak RSS. DataLoaders (LitData's, Mosaic's) start their workers with the
+platform's default method. Every batch is split into ``input_ids``
 (the first ``seq_len`` tokens of each sequence) and ``targets`` (the last ``seq_len``: the
 next tokens) of shape ``(batch, seq_len)``, and the first is checked. The store comes from
 the ``AWS_*`` variables (stoker, LitData) or ``S3_ENDPOINT_URL`` (Mosaic). Only the
@@ -21,7 +23,6 @@ import.
 
 from __future__ import annotations
 
-import json
 import os
 import resource
 import sys
@@ -32,14 +33,9 @@ from typing import Any
 
 STARTED = time.time()
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-def _peak_rss_mb() -> float:
-    # VmHWM: this process's own peak (ru_maxrss carries the forked parent's over exec).
-    with open("/proc/self/status", encoding="ascii") as status:
-        for line in status:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
+from harness import emit, peak_rss_mb  # noqa: E402
 
 
 def _children_cpu() -> float:
@@ -71,6 +67,7 @@ def timed(batches: Iterable[Any], split: Any, seq_len: int, batch: int) -> dict[
             first_at = time.time()
             _check(inputs, targets, seq_len, batch)
         sequences += len(inputs)
+    ended_at = time.time()
     del iterator  # a DataLoader joins its workers here, so their CPU time is counted
     seconds = time.perf_counter() - started
     cpu_s = time.process_time() - cpu_started + _children_cpu() - children_started
@@ -79,8 +76,10 @@ def timed(batches: Iterable[Any], split: Any, seq_len: int, batch: int) -> dict[
         "tokens": sequences * seq_len,
         "seconds": seconds,
         "tokens_per_s": sequences * seq_len / seconds,
+        "units": sequences * seq_len,
         "cpu_s": cpu_s,
         "first_batch_at": first_at,
+        "ended_at": ended_at,
     }
 
 
@@ -120,7 +119,7 @@ def run_stoker(url: str, seq_len: int, batch: int, cache_dir: str | None) -> dic
         "imported_at": imported_at,
         "opened_at": opened_at,
         "first_epoch_s": first_epoch_s,
-        "peak_rss_mb": _peak_rss_mb(),
+        "peak_rss_mb": peak_rss_mb(),
         "own_bytes_read": requests.get("bytes.read", 0) - before.get("bytes.read", 0),
         "own_gets": requests.get("requests.get", 0) - before.get("requests.get", 0),
     }
@@ -160,7 +159,7 @@ def run_litdata(url: str, seq_len: int, batch: int, workers: int, cache_dir: str
     )
 
     result = timed(loader, _split_rows, seq_len, batch)
-    return {**result, "imported_at": imported_at, "peak_rss_mb": _peak_rss_mb()}
+    return {**result, "imported_at": imported_at, "peak_rss_mb": peak_rss_mb()}
 
 
 def _stack(samples: list[dict[str, Any]]) -> Any:
@@ -186,7 +185,7 @@ def run_mosaic(url: str, seq_len: int, batch: int, workers: int, local: str) -> 
     )
 
     result = timed(loader, _split_rows, seq_len, batch)
-    return {**result, "imported_at": imported_at, "peak_rss_mb": _peak_rss_mb()}
+    return {**result, "imported_at": imported_at, "peak_rss_mb": peak_rss_mb()}
 
 
 def run_memmap(path: str, seq_len: int, batch: int, dtype: str) -> dict[str, Any]:
@@ -218,7 +217,7 @@ def run_memmap(path: str, seq_len: int, batch: int, dtype: str) -> dict[str, Any
                 yield inputs, rows[:, 1:].astype(cast), inputs.copy()
 
     result = timed(batches(), lambda arrays: arrays[:2], seq_len, batch)
-    return {**result, "imported_at": imported_at, "peak_rss_mb": _peak_rss_mb(), "dtype": dtype}
+    return {**result, "imported_at": imported_at, "peak_rss_mb": peak_rss_mb(), "dtype": dtype}
 
 
 def _litdata_documents(span: tuple[int, int], *, corpus: str) -> Iterator[Any]:
@@ -301,7 +300,7 @@ def main(argv: list[str]) -> int:
     else:
         raise SystemExit(f"unknown command {command!r}")
     result["started_at"] = STARTED
-    print(json.dumps(result), flush=True)
+    emit(result)
     return 0
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from harness import method_lines
 from quiet import settled_text
 
 NAMES = {
@@ -179,6 +180,16 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> tuple[str, list
         f"# Token streams: {corpus['tokens'] / 1e6:,.0f} M uint16 tokens "
         f"({corpus['token_bytes'] / 1e6:,.0f} MB, {corpus['documents']:,} documents), "
         f"seq_len {args.seq_len}, batches of {args.batch}",
+        "",
+        *method_lines(
+            args.repeats,
+            "each method in a fresh process; tokens/s are its tokens over the seconds from "
+            "the process's start to its last batch (imports, opening, workers' start-up "
+            "counted), its first batch counted from the same start; the warm row times its "
+            "second epoch's loop alone, and the memmap rows (its bound) their loop alone",
+            "LitData's and Mosaic's DataLoaders: the platform's default start method "
+            "(fork on Linux); stoker's TokenLoader reads in its own process",
+        ),
         "",
         f"SeaweedFS behind a {args.rtt_ms:g} ms / {args.gbit:g} Gbit/s proxy; one whole "
         f"epoch each, medians of {args.repeats} round(s); {results['machine']['cpus']} CPUs, "
