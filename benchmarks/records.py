@@ -19,25 +19,28 @@ The methods, each cold (no cache), every field of every sample decoded:
 - WebDataset (pairs): the same tars over presigned HTTP URLs through the proxy,
   ``shuffle(1000)``, PIL decode + the same crop and resize as ``loader.py``'s WebDataset
   row, captions decoded from UTF-8, JSON parsed, ``batched(256)``, in a torch
-  DataLoader(num_workers=2); its first batch counted from ``iter()``;
+  DataLoader(num_workers=2) with the platform's default start method (fork on Linux), in
+  its own process; its first batch counted from the process's start;
 - numpy loop in RAM (arrays): the members already in memory, ``np.load`` of each from a
   BytesIO, ``int`` of each label, ``np.stack`` of batches of 256, one thread: the limit;
 - stoker (arrays): the Loader, no transform, through the proxy, on the tars and on the
   packed records; and on the tars without the proxy (SeaweedFS on loopback) and on local
   disk, which show what it does when the link does not bound it.
 
-Every method runs ``--repeats`` times, interleaved (reversed every other round), and the
-table shows medians. Before each method the harness lets the machine settle (the data it
-wrote flushed to disk once; then until the cores are idle and the server quiet, within
-``--settle-s``), and every interpreter it starts (stoker's children, the DataLoader's
-workers) uses bytecode compiled once into benchmarks/out/pycache by one untimed import of
-each method's modules, as an installed package has it: a first batch counted from a
-process's start then counts the imports a user's process makes, not compiling stale
-sources (``PYTHONDONTWRITEBYTECODE``) or another job's load. Bytes and requests per epoch
-are the proxy's own counts against the bytes of what the method reads (the tars, or the
-packed shards). The output ends with issue 23's acceptance checks, and the link's ceiling
-for each set: a loader that streams the data in its timed epoch cannot feed more
-samples/s.
+Every method but the numpy loop runs in a fresh process of its own (``harness.py``), its
+clock started with the process: samples/s are its samples over the seconds from the
+process's start to its last batch. Every method runs ``--repeats`` times (3), the order
+rotated each round, and the table shows medians. Before each method the harness lets the
+machine settle (the data it wrote flushed to disk once; then until the cores are idle and
+the server quiet, within ``--settle-s``), and every interpreter it starts (stoker's
+children, the DataLoader's workers) uses bytecode compiled once into
+benchmarks/out/pycache by one untimed import of each method's modules, as an installed
+package has it: a first batch counted from a process's start then counts the imports a
+user's process makes, not compiling stale sources (``PYTHONDONTWRITEBYTECODE``) or another
+job's load. Bytes and requests per epoch are the proxy's own counts against the bytes of
+what the method reads (the tars, or the packed shards). The output ends with issue 23's
+acceptance checks, and the link's ceiling for each set: a loader that streams the data in
+its timed epoch cannot feed more samples/s.
 
     pip install -e '.[bench]'
     python benchmarks/records.py            # 8,000 pairs, 10,000 arrays, 3 rounds: ~6 min
@@ -52,10 +55,8 @@ import argparse
 import io
 import json
 import os
-import platform
-import random
-import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -63,19 +64,15 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np
-import torch
-import webdataset as wds
-from torch.utils.data import DataLoader
 
-from loader import median_of
-from loader_baselines import boto, pil_transform, time_loader
+from harness import add_round_args, machine, rounds, run_child, run_rounds, s3_env, write_report
+from loader_baselines import boto
 from loader_sets import BATCH
-from quiet import compiled_interpreters, cpu_seconds, settle
+from quiet import compiled_interpreters, settle
 from records_data import ARRAY_VALUES, BUCKET, OUT, RecordSet, in_ram_members, prepare
 from records_report import report
-from stoker.pipeline.transforms import PlannedTransform, RandomResizedCrop
 from stoker.testing.netproxy import LinkConfig, NetProxy
-from stoker.testing.seaweed import ACCESS_KEY, REGION, SECRET_KEY, SeaweedServer
+from stoker.testing.seaweed import SeaweedServer
 
 CHILD = Path(__file__).resolve().parent / "records_children.py"
 #: Compiled bytecode for every interpreter the benchmark starts (PYTHONPYCACHEPREFIX).
@@ -83,42 +80,19 @@ PYCACHE = OUT / "pycache"
 
 
 def compiled_records_interpreters() -> None:
-    """Bytecode for the children and the DataLoader's workers (this module's imports)."""
-    compiled_interpreters(
-        PYCACHE, [[str(CHILD), "--warm"], [str(Path(__file__).resolve()), "--warm"]]
-    )
-
-
-class WdsRecords:
-    """WebDataset's per-sample work on a pair: PIL decode, crop and resize (as
-    ``loader.py``'s WebDataset row), the caption as str, the JSON parsed."""
-
-    def __init__(self, transform: PlannedTransform) -> None:
-        self.transform = transform
-
-    def __call__(self, sample: dict[str, Any]) -> tuple[np.ndarray, str, Any]:
-        image = pil_transform(sample["jpg"], random.Random(sample["__key__"]), self.transform)
-        return image, sample["txt"].decode("utf-8"), json.loads(sample["json"])
+    """Bytecode for the children and the DataLoader's workers (their imports)."""
+    compiled_interpreters(PYCACHE, [[str(CHILD), "--warm"]])
 
 
 class Bench:
     """The methods, against one server and proxy."""
 
-    def __init__(self, server: SeaweedServer, proxy: NetProxy, args: argparse.Namespace) -> None:
-        self.server, self.proxy, self.args = server, proxy, args
+    def __init__(
+        self, server: SeaweedServer, proxy: NetProxy, args: argparse.Namespace, scratch: Path
+    ) -> None:
+        self.server, self.proxy, self.args, self.scratch = server, proxy, args, scratch
         self.sets: dict[str, RecordSet] = {}
         self.in_ram: list[tuple[bytes, bytes]] = []
-        self.transform = RandomResizedCrop(224)
-
-    def env(self, endpoint: str) -> dict[str, str]:
-        return {
-            **os.environ,
-            "AWS_ENDPOINT_URL": endpoint,
-            "AWS_ACCESS_KEY_ID": ACCESS_KEY,
-            "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
-            "AWS_REGION": REGION,
-            "AWS_DEFAULT_REGION": REGION,
-        }
 
     def counted(self, records: RecordSet, run: Any, *, packed: bool = False) -> dict[str, Any]:
         """Run one method; add what the proxy saw, per epoch, against the bytes it reads
@@ -133,27 +107,25 @@ class Bench:
         result["data_bytes"] = records.packed_bytes if packed else records.shard_bytes
         return result
 
-    def child(self, url: str, transform: str, endpoint: str) -> dict[str, Any]:
-        """stoker in its own process; its first batch counted from the process's start."""
-        server_cpu, harness_cpu = cpu_seconds(self.server.pid), cpu_seconds(None)
-        started = time.time()
-        done = subprocess.run(
-            [sys.executable, str(CHILD), url, transform, "0"],
-            env=self.env(endpoint),
-            capture_output=True,
-            text=True,
+    def run(self, args: list[str], endpoint: str) -> dict[str, Any]:
+        """A method in its own process; its clock starts with the process."""
+        return run_child(
+            CHILD,
+            args,
+            env=s3_env(endpoint),
+            rate_key="samples_per_s",
+            server_pid=self.server.pid,
         )
-        wall = time.time() - started
-        if done.returncode:
-            raise RuntimeError(f"stoker failed on {url}:\n{done.stderr[-4000:]}")
-        result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-        result["first_batch_s"] = result.pop("first_batch_at") - started
-        result["start_s"] = result["started_at"] - started  # the interpreter's own start
+
+    def child(self, url: str, transform: str, endpoint: str) -> dict[str, Any]:
+        """stoker in its own process; its first batch split into the interpreter's start,
+        the imports, opening the Loader and the rest."""
+        result = self.run([url, transform, "0"], endpoint)
+        launched = result["launched_at"]
+        result["start_s"] = result["started_at"] - launched  # the interpreter's own start
         result["import_s"] = result.pop("imported_at") - result.pop("started_at")
-        result["open_s"] = result.pop("opened_at") - started - result["start_s"]
+        result["open_s"] = result.pop("opened_at") - launched - result["start_s"]
         result["open_s"] -= result["import_s"]
-        result["server_cores"] = (cpu_seconds(self.server.pid) - server_cpu) / wall
-        result["proxy_cores"] = (cpu_seconds(None) - harness_cpu) / wall
         return result
 
     def pairs_stoker(self) -> dict[str, Any]:
@@ -175,26 +147,10 @@ class Bench:
             )
             for p in sorted(pairs.local.glob("*.tar"))
         ]
-        pipeline = (
-            wds.WebDataset(urls, shardshuffle=False, empty_check=False)
-            .shuffle(1000)
-            .map(WdsRecords(self.transform))
-            .batched(BATCH)
-        )
-        loader = DataLoader(
-            pipeline, batch_size=None, num_workers=2, multiprocessing_context="spawn"
-        )
-
-        def run() -> dict[str, Any]:
-            timed = time_loader(loader, pairs.count)
-            return {
-                "samples": timed["images"],
-                "seconds": timed["seconds"],
-                "samples_per_s": timed["images_per_s"],
-                "first_batch_s": timed["first_batch_s"],
-            }
-
-        return self.counted(pairs, run)
+        urls_file = self.scratch / "urls.json"
+        urls_file.write_text(json.dumps(urls))
+        command = ["webdataset", str(urls_file), str(pairs.count)]
+        return self.counted(pairs, lambda: self.run(command, self.proxy.endpoint))
 
     def arrays_limit(self) -> dict[str, Any]:
         records = self.in_ram
@@ -211,6 +167,7 @@ class Bench:
             "seconds": seconds,
             "cpu_s": time.process_time() - cpu_started,
             "samples_per_s": len(records) / seconds,
+            "clock": "in RAM",
         }
 
     def arrays_stoker(self) -> dict[str, Any]:
@@ -245,25 +202,6 @@ METHODS = {
 }
 
 
-def run_rounds(bench: Bench, methods: list[str], repeats: int) -> dict[str, Any]:
-    runs: dict[str, list[dict[str, Any]]] = {m: [] for m in methods}
-    for round_ in range(repeats):
-        for method in methods if round_ % 2 == 0 else methods[::-1]:
-            settled = settle(bench.server.pid, bench.args.settle_s)
-            result = getattr(bench, method)()
-            result.update(settled)
-            runs[method].append(result)
-            print(
-                f"round {round_ + 1}: {method} {result['samples_per_s']:,.0f} samples/s",
-                flush=True,
-            )
-    merged = {}
-    for method, method_runs in runs.items():
-        merged[method] = median_of(method_runs)
-        merged[method]["each_round"] = [r["samples_per_s"] for r in method_runs]
-    return merged
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -274,36 +212,24 @@ def main() -> int:
     parser.add_argument(
         "--methods", default="", help="only these methods (comma-separated; a smoke run)"
     )
-    parser.add_argument("--repeats", type=int, default=3, help="rounds, interleaved")
     parser.add_argument("--rtt-ms", type=float, default=20.0)
     parser.add_argument("--gbit", type=float, default=1.0, help="the proxy's link, Gbit/s")
-    parser.add_argument("--quick", action="store_true", help="1,500 pairs, 2,000 arrays, one round")
+    add_round_args(parser)  # --quick: 1,500 pairs, 2,000 arrays, one round
     parser.add_argument(
         "--settle-s", type=float, default=20.0, help="most seconds to wait for a quiet machine"
     )
-    parser.add_argument("--warm", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.warm:  # compiled_interpreters(): this module's imports are the workers' too
-        return 0
+    args.repeats = rounds(args)
     if args.quick:
-        args.pairs, args.arrays, args.repeats = 1500, 2000, 1
+        args.pairs, args.arrays = 1500, 2000
     parts = args.parts.split(",")
-    torch.set_num_threads(1)
-    OUT.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    results: dict[str, Any] = {
-        "machine": {
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "load_before": os.getloadavg(),
-        },
-        "args": vars(args),
-    }
-    with SeaweedServer() as server:
+    results: dict[str, Any] = {"machine": machine(), "args": vars(args)}
+    with SeaweedServer() as server, tempfile.TemporaryDirectory(prefix="stoker-records-") as tmp:
         server.create_bucket(BUCKET)
         link = LinkConfig(rtt_s=args.rtt_ms / 1000, bandwidth_bytes_s=args.gbit * 125e6)
         with NetProxy("127.0.0.1", server.port, link=link) as proxy:
-            bench = Bench(server, proxy, args)
+            bench = Bench(server, proxy, args, Path(tmp))
             for part in parts:
                 bench.sets[part] = prepare(part, getattr(args, part), server)
                 results[part] = {
@@ -318,15 +244,20 @@ def main() -> int:
             methods = [m for part in parts for m in METHODS[part]]
             if args.methods:
                 methods = [m for m in methods if m in args.methods.split(",")]
-            for method, result in run_rounds(bench, methods, args.repeats).items():
+            rows = {method: getattr(bench, method) for method in methods}
+            merged = run_rounds(
+                rows,
+                args.repeats,
+                rate_key="samples_per_s",
+                before_each=lambda: settle(server.pid, args.settle_s),
+            )
+            for method, result in merged.items():
                 results[method.partition("_")[0]][method] = result
     results["machine"]["load_after"] = os.getloadavg()
     results["seconds"] = time.perf_counter() - started
     text, checks = report(results, args)
     results["acceptance"] = checks
-    (OUT / "records.json").write_text(json.dumps(results, indent=2))
-    (OUT / "records.md").write_text(text + "\n")
-    print(text)
+    write_report("records", results, text)
     return 0
 
 

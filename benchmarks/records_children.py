@@ -1,7 +1,14 @@
-"""stoker's Loader over records of any fields, in a process of its own, for ``records.py``.
+"""The methods of ``records.py`` that read a bucket, each in a process of its own, timed
+from its start (``harness.py``): stoker's Loader over records of any fields, and
+WebDataset in a torch DataLoader.
 
     python benchmarks/records_children.py URL TRANSFORM SAMPLES
+    python benchmarks/records_children.py webdataset URLS_FILE SAMPLES
     python benchmarks/records_children.py --warm     # import what a run imports, and exit
+
+WebDataset: the tars over presigned URLs, ``shuffle(1000)``, PIL decode with the same crop
+and resize as ``loader.py``'s WebDataset row, the caption decoded, the JSON parsed,
+``batched(256)``, ``DataLoader(num_workers=2)`` with the platform's default start method.
 
 ``TRANSFORM`` is ``crop`` (RandomResizedCrop(224)) or ``none``; ``SAMPLES`` 0 is one whole
 epoch. The Loader runs on its defaults, every field of every sample in the batch (images
@@ -29,7 +36,7 @@ from typing import Any  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from loader_children import _peak_rss_mb  # noqa: E402
+from harness import default_start_method, emit, peak_rss_mb  # noqa: E402
 
 BATCH = 256
 SIZE = 224
@@ -63,11 +70,14 @@ def run(url: str, transform_kind: str, samples: int) -> dict[str, Any]:
             seen += len(batch["key"])
             if samples and seen >= samples:
                 break
+        ended_at = time.time()
         seconds = time.perf_counter() - started
         cpu_s = time.process_time() - cpu_started
         stats = loader.stats()
     return {
         "samples": seen,
+        "units": seen,
+        "ended_at": ended_at,
         "seconds": seconds,
         "cpu_s": cpu_s,
         "samples_per_s": seen / seconds,
@@ -78,7 +88,7 @@ def run(url: str, transform_kind: str, samples: int) -> dict[str, Any]:
         "window": loader.order_config.windows,
         "block_size": loader.order_config.blocks,
         "group_blocks": loader.order_config.groups,
-        "peak_rss_mb": _peak_rss_mb(),
+        "peak_rss_mb": peak_rss_mb(),
         "fields": fields,
         "own_bytes_read": stats.requests.get("bytes.read", 0),
         "own_gets": stats.requests.get("requests.get", 0),
@@ -88,14 +98,65 @@ def run(url: str, transform_kind: str, samples: int) -> dict[str, Any]:
     }
 
 
+class WdsRecords:
+    """WebDataset's per-sample work on a pair: PIL decode, crop and resize (as
+    ``loader.py``'s WebDataset row), the caption as str, the JSON parsed."""
+
+    def __init__(self, transform: Any) -> None:
+        self.transform = transform
+
+    def __call__(self, sample: dict[str, Any]) -> tuple[Any, str, Any]:
+        import random
+
+        from loader_baselines import pil_transform
+
+        image = pil_transform(sample["jpg"], random.Random(sample["__key__"]), self.transform)
+        return image, sample["txt"].decode("utf-8"), json.loads(sample["json"])
+
+
+def run_webdataset(urls_file: str, samples: int) -> dict[str, Any]:
+    """The pairs through WebDataset in a DataLoader of 2 workers, every field decoded."""
+    import webdataset as wds
+    from torch.utils.data import DataLoader
+
+    from loader_baselines import time_loader
+    from stoker.pipeline.transforms import RandomResizedCrop
+
+    urls = json.loads(Path(urls_file).read_text())
+    pipeline = (
+        wds.WebDataset(urls, shardshuffle=False, empty_check=False)
+        .shuffle(1000)
+        .map(WdsRecords(RandomResizedCrop(SIZE)))
+        .batched(BATCH)
+    )
+    loader = DataLoader(pipeline, batch_size=None, num_workers=2)
+    timed = time_loader(loader, samples or 1 << 62)
+    return {
+        "samples": timed["images"],
+        "units": timed["images"],
+        "seconds": timed["seconds"],
+        "samples_per_s": timed["images_per_s"],
+        "first_batch_at": timed["first_batch_at"],
+        "ended_at": timed["ended_at"],
+        "start_method": f"{default_start_method()} (the platform's default)",
+    }
+
+
 def main(argv: list[str]) -> int:
     if argv == ["--warm"]:
+        import webdataset  # noqa: F401
+        from torch.utils.data import DataLoader  # noqa: F401
+
+        import loader_baselines  # noqa: F401
         from stoker.pipeline.loader import Loader  # noqa: F401
         from stoker.pipeline.transforms import RandomResizedCrop  # noqa: F401
 
         return 0
-    result = run(argv[0], argv[1], int(argv[2]))
-    print(json.dumps(result), flush=True)
+    if argv[0] == "webdataset":
+        result = run_webdataset(argv[1], int(argv[2]))
+    else:
+        result = run(argv[0], argv[1], int(argv[2]))
+    emit(result)
     return 0
 
 

@@ -6,7 +6,8 @@ import argparse
 import os
 from typing import Any
 
-from loader_report import epoch_cells
+from harness import method_lines, vs_strongest
+from loader_report import CLOCKS, epoch_cells
 from loader_sets import BATCH
 from quiet import SETTLED_BUSY, settled_text
 from stoker.pipeline.order import default_window_start
@@ -43,6 +44,7 @@ def _row(part: str, r: dict[str, Any], method: str) -> str:
         f"{rate:,.0f}",
         f"{rate / baseline:.2f}x" if baseline else "",
         "" if first is None else f"{first:.2f}",
+        CLOCKS.get(row.get("clock", ""), ""),
     ]
     cells += epoch_cells(row, row["samples"], cpu_digits=3)
     return "| " + " | ".join(cells) + " |"
@@ -160,14 +162,24 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> tuple[str, list
     after = ", ".join(f"{x:.2f}" for x in machine["load_after"])
     parts = [p for p in ("pairs", "arrays") if p in results]
     settled = settled_text([row for part in parts for row in results[part].values()])
+    web = results.get("pairs", {}).get("pairs_webdataset", {})
     lines = [
         f"# Records benchmark: batches of 256, {args.rtt_ms:g} ms RTT, {args.gbit:g} Gbit/s, "
-        f"{os.cpu_count()} CPUs, cold, median of {args.repeats} interleaved rounds",
+        f"{os.cpu_count()} CPUs, cold",
+        "",
+        *method_lines(
+            args.repeats,
+            "each method but the numpy loop in a fresh process; samples/s are its samples "
+            "over the seconds from the process's start to its last batch, and its first "
+            "batch is counted from the process's start; the numpy loop times its loop in RAM",
+            "WebDataset's DataLoader: "
+            + web.get("start_method", "not run")
+            + "; stoker's Loader runs its decode threads in its own process",
+        ),
         "",
         f"Load average before: {before}; after: {after}. Read per epoch: the proxy's bytes and "
         "requests against the bytes the method reads: the tars (the same objects for both "
-        "loaders, indexed in place), or stoker's packed shards. First batch: after process "
-        "start for stoker, after iter() for WebDataset. "
+        "loaders, indexed in place), or stoker's packed shards. "
         "CPU ms per sample: the method's own process over its timed epoch. Before each "
         "method the harness waits for the machine to settle (cores at most "
         f"{SETTLED_BUSY:.0%} busy and the server idle, within --settle-s; the written data "
@@ -176,10 +188,10 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> tuple[str, list
         "modules, as an installed package has it. "
         f"Settled before the methods: {settled}.",
         "",
-        "| set | method | samples | samples/s | vs baseline | first batch s "
+        "| set | method | samples | samples/s | vs baseline | first batch s | clock "
         "| MB read per epoch | x the tars | requests per epoch | peak RSS MB "
         "| CPU ms per sample |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| --- | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     for part in parts:
         for method in NAMES:
@@ -188,6 +200,12 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> tuple[str, list
     lines += ["", "| set | extra | value |", "| --- | --- | --- |"]
     for part in parts:
         lines += _extras(part, results[part], args)
+    if "pairs" in results:
+        ours = ["pairs_stoker", "pairs_stoker_packed"]
+        lines += ["", "Against the strongest baseline (pairs: WebDataset):", ""]
+        lines += vs_strongest(
+            results["pairs"], ours, ["pairs_webdataset"], "samples_per_s", NAMES, args.repeats
+        )
     checks = acceptance(results)
     lines += ["", "## Issue 23 acceptance", "", "| check | measured | result |"]
     lines.append("| --- | ---: | :---: |")
