@@ -34,7 +34,6 @@ consumed are removed from the epoch's order, and the rest is partitioned anew.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -42,6 +41,7 @@ from typing import Literal
 import numpy as np
 
 from stoker.core.checks import check_choice, check_int
+from stoker.pipeline.rank_layout import mix_window, split_groups_by_position
 
 ShuffleMode = Literal["blocks", "random", "none"]
 
@@ -56,13 +56,6 @@ WINDOW_START_DIVISOR = 32
 #: ... but at least this many (~16 MB each; 256 photos of 110 kB, 28 MB, waited for three
 #: groups, 45 MB, when the window started at one and widened under the first batch).
 WINDOW_START_GROUPS = 2
-#: After the start, groups join at most this many per group delivered (all at once would
-#: hold the second batch back for them).
-WINDOW_JOINS_PER_GROUP = 4
-#: Groups it takes the window to widen by one (each new group widens it by the inverse):
-#: while it widens, the store delivers ``1 + 1 / WINDOW_GROWTH_GROUPS`` groups per group
-#: consumed.
-WINDOW_GROWTH_GROUPS = 2
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -312,7 +305,7 @@ def assign(
     first = rank * each
     # Only the groups at this rank's two ends change its samples (its repeats, if any, are
     # samples of the epoch whichever way the stream's start is laid out).
-    samples = _split_groups_by_position(samples, starts, cuts, {first, first + each})
+    samples = split_groups_by_position(samples, starts, cuts, {first, first + each})
     real = max(0, min(each, total - first))  # the rest of the piece is padding
     mine = samples[first : first + real]
     groups = np.searchsorted(starts, np.arange(first, first + real), side="right") - 1
@@ -321,7 +314,7 @@ def assign(
         seed = [*order.seed, first, real, world_size, total]
         start = order.window_start or default_window_start(order.window)
         rng = np.random.default_rng(seed)
-        mine, groups = _mix_window(mine, groups, order.window, rng, start=min(start, order.window))
+        mine, groups = mix_window(mine, groups, order.window, rng, start=min(start, order.window))
     if drop_last:
         return Share(mine, 0, total - each * world_size, 0, groups)
     repeats = each * world_size - total
@@ -331,68 +324,6 @@ def assign(
         next_group = int(groups.max()) + 1 if len(groups) else 0
         groups = np.concatenate([groups, np.full(len(padding), next_group, dtype=np.int64)])
     return Share(mine, len(padding), 0, repeats, groups)
-
-
-def _mix_window(
-    samples: np.ndarray, groups: np.ndarray, window: int, rng: np.random.Generator, *, start: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """Mix a rank's piece through a sliding window of up to ``window`` read groups.
-
-    Group ``g`` (numbered along the piece) spreads its samples uniformly over a stretch of a
-    time line that ends at ``g + 1`` and is up to ``width(g)`` long, and the piece is
-    sorted by time. The first ``start`` groups (:attr:`OrderConfig.window_starts`) all
-    spread over ``[0, start)`` (a small shuffle buffer filling); later stretches widen by
-    ``1 / WINDOW_GROWTH_GROUPS`` per group up to ``window``, but none starts before
-    ``start``, and they join from there at most ``WINDOW_JOINS_PER_GROUP`` per group of
-    time. At any point about ``width`` groups are being delivered, so a batch draws
-    from that many; a group is first needed at its stretch's start and done at its end, so
-    a first batch of at most ``start`` groups' samples waits for those ``start`` groups,
-    not ``window`` (nor the groups widening the window after them).
-    """
-    count = int(groups[-1]) + 1
-    jitter = rng.random(len(samples))
-    if count <= start:  # the whole piece fits in the first window: a plain permutation
-        time = jitter
-    else:
-        g = groups.astype(np.float64)
-        width = np.minimum(window, start + np.maximum(0.0, g + 1 - start) / WINDOW_GROWTH_GROUPS)
-        end = np.maximum(g + 1, start)
-        joins = start + (g - start) / WINDOW_JOINS_PER_GROUP
-        begin = np.where(g < start, 0.0, np.maximum(joins, end - width))
-        time = begin + jitter * (end - begin)
-    by_time = np.argsort(time, kind="stable")
-    mixed, groups = samples[by_time], groups[by_time]
-    # Renumber the groups in the order they are first needed.
-    _, first_use = np.unique(groups, return_index=True)
-    rank_of = np.empty(count, dtype=np.int64)
-    rank_of[np.argsort(first_use, kind="stable")] = np.arange(count)
-    return mixed, rank_of[groups]
-
-
-def _split_groups_by_position(
-    samples: np.ndarray, starts: np.ndarray, cuts: Sequence[int], needed: set[int]
-) -> np.ndarray:
-    """``samples`` with each read group that a cut falls inside laid out in shard order
-    between the cuts (and shuffled within each side), so that a block at the boundary of two
-    ranks' pieces is one contiguous range on each side: two partial ranged reads, not many.
-    Only the groups holding a position of ``needed`` are laid out (the others are unchanged
-    for a caller that reads only there).
-    """
-    inside = sorted({c for c in cuts if 0 < c < len(samples)} - set(starts.tolist()))
-    wanted = [c for c in inside if c in needed]
-    if not wanted:
-        return samples
-    samples = samples.copy()
-    for group in np.unique(np.searchsorted(starts, wanted, side="right") - 1).tolist():
-        begin, end = int(starts[group]), int(starts[group + 1])
-        ordered = np.sort(samples[begin:end])
-        bounds = [begin, *(c for c in inside if begin < c < end), end]
-        for lo, hi in itertools.pairwise(bounds):
-            part = ordered[lo - begin : hi - begin]
-            # Seeded by the part itself: the same on every rank, for any world size.
-            rng = np.random.default_rng([int(part[0]), len(part), lo - begin])
-            samples[lo:hi] = rng.permutation(part)
-    return samples
 
 
 @dataclass(frozen=True, slots=True)
