@@ -46,7 +46,7 @@ from stoker.integrations.torch_tensors import each_tensor, to_tensors
 from stoker.integrations.torch_workers import refuse_bootstrap
 from stoker.integrations.worker_cache import WorkerCache
 from stoker.pipeline.config import AdapterOptions, DecodeConfig
-from stoker.pipeline.plan import resume_point
+from stoker.pipeline.resume import resume_point
 from stoker.pipeline.skips import SkipBudget
 from stoker.pipeline.sources import SourceLike
 from stoker.pipeline.stats import LoaderStats

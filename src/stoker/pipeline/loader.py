@@ -44,10 +44,10 @@ from stoker.pipeline.plan import (
     log_padding,
     plan_epoch,
     resolve_order,
-    resume_point,
     warn_if_small,
 )
 from stoker.pipeline.prefetch import Prefetcher
+from stoker.pipeline.resume import resume_point
 from stoker.pipeline.skips import SkipBudget
 from stoker.pipeline.sources import SourceLike, mixed_order, open_source
 from stoker.pipeline.stats import LoaderStats, ProgressLog, samples_per_epoch
