@@ -8,7 +8,6 @@ listing request for a bucket, however large the folder.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from stoker.errors import SourceError
 from stoker.format.foreign.grouped import is_document, split_name
 from stoker.format.foreign.imagefolder import IMAGE_EXTENSIONS
 from stoker.format.foreign.locations import is_remote
+from stoker.format.foreign.walk import hidden, walk_local
 from stoker.format.spec import ARRAYS_NAME, MANIFEST_NAME, PACK_STATE_DIR
 from stoker.storage import open_store
 
@@ -45,7 +45,7 @@ def sample_names(
     it; hidden files and folders are left out."""
     names: list[str] = []
     for name in _walk_names(location, storage_options):
-        if not any(part.startswith(".") for part in name.split("/")):
+        if not hidden(name):
             names.append(name)
             if len(names) >= limit:
                 break
@@ -105,8 +105,5 @@ def _walk_names(location: str, storage_options: Mapping[str, Any] | None) -> Ite
         for meta in open_store(location, storage_options=storage_options).list(""):
             yield meta.key
         return
-    root = Path(location.removeprefix("file://"))
-    for directory, folders, files in os.walk(root):
-        folders[:] = sorted(f for f in folders if not f.startswith("."))
-        for name in sorted(files):
-            yield Path(directory, name).relative_to(root).as_posix()
+    for _, relative in walk_local(Path(location.removeprefix("file://"))):
+        yield relative

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
+import logging
 import re
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -36,10 +36,13 @@ import numpy as np
 from stoker.errors import SourceError
 from stoker.format.foreign.columns import import_pyarrow
 from stoker.format.foreign.locations import LocationReader, ObjectFile, is_remote
+from stoker.format.foreign.walk import hidden, say_left_out, walk_local
 from stoker.format.records import decode_npy, read_npy_header
 from stoker.format.spec import ARRAYS_NAME, MANIFEST_NAME, check_key
 from stoker.storage import open_store
 from stoker.storage.base import key_problem
+
+logger = logging.getLogger(__name__)
 
 TokenInputKind = Literal["documents", "concatenated", "jsonl", "parquet"]
 
@@ -152,21 +155,21 @@ def _list(location: str, storage_options: Mapping[str, Any] | None) -> list[Inpu
             return [InputFile(str(root), root.name, root.stat().st_size)]
         if not root.is_dir():
             raise ValueError(f"{location}: no such file or directory")
-        found = []
-        for dirpath, dirnames, names in os.walk(root):
-            dirnames[:] = sorted(d for d in dirnames if not d.startswith((".", "_")))
-            for name in sorted(names):
-                path = Path(dirpath, name)
-                relative = path.relative_to(root).as_posix()
-                if not _hidden(relative):
-                    found.append(InputFile(str(path), relative, path.stat().st_size))
+        left_out: list[str] = []
+        found = [
+            InputFile(str(path), relative, path.stat().st_size)
+            for path, relative in walk_local(root, left_out)
+        ]
+        say_left_out(logger, location, left_out)
         return _without_index(found)
     store = open_store(location, storage_options=storage_options)
-    listed = [
-        InputFile(f"{store.url.rstrip('/')}/{m.key}", m.key, m.size)
-        for m in store.list("")
-        if not _hidden(m.key)
-    ]
+    listed, left_out = [], []
+    for meta in store.list(""):
+        if hidden(meta.key):
+            left_out.append(meta.key)
+        else:
+            listed.append(InputFile(f"{store.url.rstrip('/')}/{meta.key}", meta.key, meta.size))
+    say_left_out(logger, location, left_out)
     if not listed:  # perhaps the URL names one object
         parent, _, name = location.rstrip("/").rpartition("/")
         try:
@@ -175,11 +178,6 @@ def _list(location: str, storage_options: Mapping[str, Any] | None) -> list[Inpu
             return []
         return [InputFile(location.rstrip("/"), name, meta.size)]
     return _without_index(sorted(listed, key=lambda f: f.relative))
-
-
-def _hidden(relative: str) -> bool:
-    # Hidden files, Spark's _SUCCESS, a pack's _stoker/ state.
-    return any(part.startswith((".", "_")) for part in relative.split("/"))
 
 
 def _without_index(files: list[InputFile]) -> list[InputFile]:

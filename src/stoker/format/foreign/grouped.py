@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -23,6 +22,7 @@ from stoker.format.foreign.locations import (
     read_object,
     read_object_async,
 )
+from stoker.format.foreign.walk import hidden, say_left_out, walk_local
 from stoker.format.spec import normalise_extension
 from stoker.storage import StorageOptions
 from stoker.storage.base import Store, key_problem
@@ -262,27 +262,25 @@ class GroupedFilesReader:
         if not root.is_dir():
             raise SourceError(f"{root}: not a directory")
         found: list[tuple[str, int]] = []
-        for directory, folders, names in os.walk(root):
-            folders[:] = sorted(f for f in folders if not f.startswith("."))
-            for name in names:
-                if name.startswith("."):
-                    continue
-                path = Path(directory, name)
-                relative = path.relative_to(root).as_posix()
-                size, what = regular_file_size(path)
-                if size is not None:
-                    found.append((relative, size))
-                elif what == "a dangling symbolic link":
-                    self._problem(relative, str(path), what)  # raised, or skipped and listed
-                else:  # reading a FIFO, socket or device would block: always left out
-                    reason = f"{what}, not a regular file"
-                    self.problems.append({"key": relative, "source": str(path), "reason": reason})
+        left_out: list[str] = []
+        for path, relative in walk_local(root, left_out):
+            size, what = regular_file_size(path)
+            if size is not None:
+                found.append((relative, size))
+            elif what == "a dangling symbolic link":
+                self._problem(relative, str(path), what)  # raised, or skipped and listed
+            else:  # reading a FIFO, socket or device would block: always left out
+                reason = f"{what}, not a regular file"
+                self.problems.append({"key": relative, "source": str(path), "reason": reason})
+        say_left_out(logger, str(root), left_out)
         return found
 
     def _list_remote(self) -> list[tuple[str, int]]:
         found: list[tuple[str, int]] = []
+        left_out: list[str] = []
         for meta in self._folder_store().list(""):  # keys relative to the folder
-            if any(part.startswith(".") for part in meta.key.split("/")):
+            if hidden(meta.key):
+                left_out.append(meta.key)
                 continue
             problem = key_problem(meta.key)
             if problem is not None:  # repr: the key may hold a newline or a terminal escape
@@ -290,6 +288,7 @@ class GroupedFilesReader:
                 self._problem(meta.key, self._location, reason)
                 continue
             found.append((meta.key, meta.size))
+        say_left_out(logger, self._location, left_out)
         return found
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import os
+import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -16,10 +16,13 @@ from stoker.format.foreign.locations import (
     read_object,
     read_object_async,
 )
+from stoker.format.foreign.walk import hidden, say_left_out, walk_local
 from stoker.format.spec import normalise_extension
 from stoker.storage import StorageOptions
 from stoker.storage.base import ObjectMeta, Store, key_problem
 from stoker.storage.files import regular_file_size
+
+logger = logging.getLogger(__name__)
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff")
 
@@ -111,24 +114,21 @@ class ImageFolderReader:
         root = Path(self._location.removeprefix("file://"))
         if not root.is_dir():
             raise SourceError(f"{root}: not a directory")
-        folders = sorted(
-            p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")
-        )
+        folders = sorted(p.name for p in root.iterdir() if p.is_dir() and not hidden(p.name))
         found = []
-        for dirpath, dirnames, filenames in os.walk(root):
-            dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-            for name in filenames:
-                if name.lower().endswith(IMAGE_EXTENSIONS) and not name.startswith("."):
-                    path = Path(dirpath, name)
-                    key = path.relative_to(root).as_posix()
-                    size, what = regular_file_size(path)
-                    if size is not None:
-                        found.append((key, size))
-                    elif what == "a dangling symbolic link":
-                        self._problem(key, str(path), what)  # raised, or skipped and listed
-                    else:  # reading a FIFO, socket or device would block: always left out
-                        reason = f"{what}, not a regular file"
-                        self.problems.append({"key": key, "source": str(path), "reason": reason})
+        left_out: list[str] = []
+        for path, key in walk_local(root, left_out):
+            if not key.lower().endswith(IMAGE_EXTENSIONS):
+                continue
+            size, what = regular_file_size(path)
+            if size is not None:
+                found.append((key, size))
+            elif what == "a dangling symbolic link":
+                self._problem(key, str(path), what)  # raised, or skipped and listed
+            else:  # reading a FIFO, socket or device would block: always left out
+                reason = f"{what}, not a regular file"
+                self.problems.append({"key": key, "source": str(path), "reason": reason})
+        say_left_out(logger, str(root), left_out)
         return found, folders
 
     def _folder_store(self) -> Store:
@@ -140,7 +140,8 @@ class ImageFolderReader:
         # Hidden folders and files are left out, as a local folder's are: a bucket synced
         # from a laptop has .ipynb_checkpoints/ and ._x.jpg, which a pack of the local
         # folder never saw (and an image-less .cache/ is no empty class folder).
-        prefixes = [p for p in top.prefixes if not _hidden(p)]
+        prefixes = [p for p in top.prefixes if not hidden(p)]
+        left_out = [p for p in top.prefixes if hidden(p)]
 
         async def list_all() -> list[list[ObjectMeta]]:
             async def one(prefix: str) -> list[ObjectMeta]:
@@ -157,7 +158,10 @@ class ImageFolderReader:
                 metas.extend(part)
         found = []
         for meta in metas:  # keys are relative to the store's root, the folder
-            if not meta.key.lower().endswith(IMAGE_EXTENSIONS) or _hidden(meta.key):
+            if hidden(meta.key):
+                left_out.append(meta.key)
+                continue
+            if not meta.key.lower().endswith(IMAGE_EXTENSIONS):
                 continue
             problem = key_problem(meta.key)
             if problem is not None:  # repr: the key may hold a newline or a terminal escape
@@ -167,6 +171,7 @@ class ImageFolderReader:
                 continue
             found.append((meta.key, meta.size))
             self.etags[meta.key] = meta.etag
+        say_left_out(logger, self._location, left_out)
         return found, [p.rsplit("/", 1)[-1] for p in prefixes]
 
     @property
@@ -197,9 +202,3 @@ class ImageFolderReader:
         if ref.label >= 0:
             fields["cls"] = str(ref.label).encode()
         return Sample(key=ref.key, fields=fields, label=ref.label)
-
-
-def _hidden(key: str) -> bool:
-    """Whether a key relative to the folder has a hidden part (``.cache/x.jpg``,
-    ``cat/._x.jpg``), which a local folder's walk leaves out."""
-    return any(part.startswith(".") for part in key.split("/"))

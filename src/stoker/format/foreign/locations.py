@@ -9,7 +9,7 @@ no open connections when pickled, so readers that carry one can be sent to other
 from __future__ import annotations
 
 import io
-import os
+import logging
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -17,8 +17,11 @@ from typing import Any
 from stoker.core.metrics import merge_snapshots
 from stoker.core.perprocess import ForkSafeLock
 from stoker.errors import SourceError
+from stoker.format.foreign.walk import hidden, say_left_out, walk_local
 from stoker.storage import StorageOptions, Store, open_store, parse_url
 from stoker.storage.base import ObjectMeta
+
+logger = logging.getLogger(__name__)
 
 
 def is_remote(location: str) -> bool:
@@ -105,23 +108,29 @@ class LocationReader:
     def list(self, location: str, suffixes: tuple[str, ...] = ()) -> list[tuple[str, int]]:
         """Files or objects under ``location`` (recursively) as ``(location, size)``, sorted.
 
-        Only names ending in one of ``suffixes`` are kept, if any are given.
+        Only names ending in one of ``suffixes`` are kept, if any are given; hidden names
+        are left out (:mod:`stoker.format.foreign.walk`).
         """
         found: list[tuple[str, int]] = []
+        left_out: list[str] = []
         if not is_remote(location):
             root = Path(location.removeprefix("file://"))
             if root.is_file():
                 return [(str(root), root.stat().st_size)]
-            for path in _walk(root):
+            for path, _ in walk_local(root, left_out):
                 if not suffixes or path.name.lower().endswith(suffixes):
                     found.append((str(path), path.stat().st_size))
+            say_left_out(logger, str(root), left_out)
             return sorted(found)
         url = parse_url(location)
         store = open_store(str(url), storage_options=self._options)
         metas: Iterator[ObjectMeta] = store.list("")
         for meta in metas:
-            if not suffixes or meta.key.lower().endswith(suffixes):
+            if hidden(meta.key):
+                left_out.append(meta.key)
+            elif not suffixes or meta.key.lower().endswith(suffixes):
                 found.append((url.child(meta.key), meta.size))
+        say_left_out(logger, location, left_out)
         if not found and url.prefix:
             # Perhaps the URL names one object rather than a prefix.
             store, key = self.store_for(location)
@@ -214,11 +223,3 @@ class ObjectFile(io.RawIOBase):
 def _object_url(store: Store, key: str) -> str:
     shown = key if key.isprintable() else repr(key)  # a listed key may hold a control character
     return f"{store.url.rstrip('/')}/{shown}"
-
-
-def _walk(root: Path) -> Iterator[Path]:
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        for name in sorted(filenames):
-            if not name.startswith("."):
-                yield Path(dirpath, name)

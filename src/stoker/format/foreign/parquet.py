@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import threading
 from collections.abc import Mapping, Sequence
@@ -32,6 +31,7 @@ from stoker.format.foreign.parquet_labels import (
     numbered,
 )
 from stoker.format.foreign.rowgroups import DEFAULT_CACHE_BYTES, RowGroupCache
+from stoker.format.foreign.walk import hidden, say_left_out, walk_local
 from stoker.storage import StorageOptions, parse_url
 from stoker.storage.base import key_problem
 
@@ -365,13 +365,13 @@ class ParquetReader:
             return [(str(root), root.name)]
         if not root.is_dir():
             raise SourceError(f"{root}: no such file or directory")
-        found: list[tuple[str, str]] = []
-        for directory, folders, names in os.walk(root):
-            folders[:] = sorted(f for f in folders if not f.startswith((".", "_")))
-            for name in names:
-                if name.lower().endswith(PARQUET_SUFFIX) and not name.startswith((".", "_")):
-                    path = Path(directory, name)
-                    found.append((str(path), path.relative_to(root).as_posix()))
+        left_out: list[str] = []
+        found = [
+            (str(path), relative)
+            for path, relative in walk_local(root, left_out)
+            if relative.lower().endswith(PARQUET_SUFFIX)
+        ]
+        say_left_out(logger, str(root), left_out)
         return sorted(found, key=lambda item: item[1])
 
     def _list_remote(self) -> list[tuple[str, str]]:
@@ -388,11 +388,12 @@ class ParquetReader:
                 return [(self._location, key.rsplit("/", 1)[-1])]
         store = self._locations.store_at(self._location)
         found: list[tuple[str, str]] = []
+        left_out: list[str] = []
         for meta in store.list(""):  # keys relative to the folder, as listed
-            parts = meta.key.split("/")
-            if not meta.key.lower().endswith(PARQUET_SUFFIX) or any(
-                part.startswith((".", "_")) for part in parts
-            ):
+            if hidden(meta.key):
+                left_out.append(meta.key)
+                continue
+            if not meta.key.lower().endswith(PARQUET_SUFFIX):
                 continue
             problem = key_problem(meta.key)
             if problem is not None:
@@ -403,6 +404,7 @@ class ParquetReader:
             location = f"{self._location}/{meta.key}"
             self._objects[location] = (self._location, meta.key, meta.size)
             found.append((location, meta.key))
+        say_left_out(logger, self._location, left_out)
         return sorted(found, key=lambda item: item[1])
 
 

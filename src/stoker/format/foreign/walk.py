@@ -1,0 +1,64 @@
+"""Which files an input folder holds, local or in a bucket, under one rule for hidden
+names, for every reader and pack.
+
+A path with a part that begins with ``.`` or ``_`` is hidden and left out: dot files and
+folders (``.DS_Store``, ``.cache/``, macOS's ``._x.jpg``), and the metadata that Hadoop,
+Spark, Delta and stoker's own packs write beside data (``_SUCCESS``, ``_temporary/``,
+``_delta_log/``, ``_stoker/``), the convention Arrow's dataset discovery follows too. The
+same rule holds for a local walk and for a bucket's listed keys. Each reader says how many
+it left out (:func:`say_left_out`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+#: Name prefixes of hidden files and folders.
+HIDDEN_PREFIXES = (".", "_")
+#: Hidden names a notice of what was left out names before "and N more".
+_NAMED = 5
+
+
+def hidden(relative: str) -> bool:
+    """Whether a path relative to the input folder (``/``-separated) has a hidden part."""
+    return any(part.startswith(HIDDEN_PREFIXES) for part in relative.split("/"))
+
+
+def walk_local(root: Path, left_out: list[str] | None = None) -> Iterator[tuple[Path, str]]:
+    """The files under ``root`` that are not hidden, as ``(path, relative path)``, in
+    sorted order (folders depth first). Hidden folders are not entered; each hidden name
+    (a folder's with a trailing ``/``) is appended to ``left_out`` when it is given."""
+    for directory, folders, names in os.walk(root):
+        kept = []
+        for folder in sorted(folders):
+            if folder.startswith(HIDDEN_PREFIXES):
+                if left_out is not None:
+                    left_out.append(Path(directory, folder).relative_to(root).as_posix() + "/")
+            else:
+                kept.append(folder)
+        folders[:] = kept
+        for name in sorted(names):
+            path = Path(directory, name)
+            relative = path.relative_to(root).as_posix()
+            if not name.startswith(HIDDEN_PREFIXES):
+                yield path, relative
+            elif left_out is not None:
+                left_out.append(relative)
+
+
+def say_left_out(logger: logging.Logger, location: str, left_out: list[str]) -> None:
+    """Log, once per listing, the hidden names left out of ``location`` (none: nothing)."""
+    if not left_out:
+        return
+    named = ", ".join(map(repr, left_out[:_NAMED]))
+    more = f" and {len(left_out) - _NAMED} more" if len(left_out) > _NAMED else ""
+    logger.info(
+        "%s: left out %d hidden name(s) (beginning with '.' or '_'): %s%s",
+        location,
+        len(left_out),
+        named,
+        more,
+    )
