@@ -13,12 +13,12 @@ from stoker.core.crc import crc32
 from stoker.errors import CorruptShardError, ShardFormatError
 from stoker.format.index import DatasetIndex, ShardEntry, read_index
 from stoker.format.runs import Run, plan_runs
+from stoker.format.shard_sizes import ShardSizes
 from stoker.format.tar import parse_members
 from stoker.format.verify import VerifyReport, verify_shards
 from stoker.storage.base import Store
 from stoker.storage.cached import index_cache
 from stoker.storage.open import open_store
-from stoker.storage.sized import SizeChangedError, get_parts_sized
 
 #: Samples closer than this in one shard are fetched by one request (the gap is read too).
 DEFAULT_MAX_GAP_BYTES = 1 << 20
@@ -72,10 +72,7 @@ class ShardDataset:
     def __init__(self, store: Store, index: DatasetIndex) -> None:
         self._store = store
         self._index = index
-        self._sizes_checked: set[int] = set()  # shard numbers whose size matched the index
-        self._bad_sizes: dict[int, str] = {}  # shard number -> what is wrong with it
-        # One HEAD per shard however many reads of it start before the first one answers.
-        self._size_heads: dict[int, asyncio.Future[int]] = {}
+        self._sizes = ShardSizes(store, index)
 
     @property
     def url(self) -> str:
@@ -125,20 +122,6 @@ class ShardDataset:
             raise IndexError(f"sample {i} out of range for {n} samples")
         return i % n if n else i
 
-    def _size_error(self, number: int) -> CorruptShardError:
-        return CorruptShardError(self._bad_sizes[number])
-
-    def _record_size(self, number: int, actual: int) -> None:
-        entry = self._index.shards[number]
-        if actual == entry.size:
-            self._sizes_checked.add(number)
-            return
-        self._bad_sizes[number] = (
-            f"{self.url}/{entry.name}: shard is {actual} bytes, but the index says "
-            f"{entry.size} (a truncated or replaced shard, or an index from another dataset)"
-        )
-        raise self._size_error(number)
-
     async def read_parts_async(
         self, number: int, *, start: int, end: int, parts: Sequence[tuple[int, int]]
     ) -> list[memoryview]:
@@ -152,34 +135,7 @@ class ShardDataset:
         Raises:
             CorruptShardError: The shard's size differs from the index's.
         """
-        if number in self._bad_sizes:
-            raise self._size_error(number)
-        name = self._index.shards[number].name
-        try:
-            got, size = await get_parts_sized(self._store, name, start=start, end=end, parts=parts)
-        except SizeChangedError as exc:
-            self._record_size(number, exc.actual)  # raises, unless the index agrees
-            raise
-        except ValueError as exc:
-            # A range past the object's end: a shorter shard than the index's, most likely.
-            if number not in self._sizes_checked and not isinstance(exc, ShardFormatError):
-                await self._explain(number)
-            raise
-        if size is None:
-            await self.check_size_async(number)
-        else:
-            self._record_size(number, size)
-        return got
-
-    async def _explain(self, number: int) -> None:
-        """Raise the size error of shard ``number`` if a HEAD finds one (a truncated shard
-        fails its reads); any other problem the failed read's own error says better."""
-        try:
-            await self.check_size_async(number)
-        except CorruptShardError:
-            raise
-        except Exception:  # the caller re-raises the read's own error
-            return
+        return await self._sizes.read_parts_async(number, start=start, end=end, parts=parts)
 
     async def check_size_async(self, number: int) -> None:
         """Check shard ``number``'s size against the index once, by one HEAD (shared by the
@@ -188,24 +144,7 @@ class ShardDataset:
         Raises:
             CorruptShardError: Its size differs from the index's.
         """
-        if number in self._bad_sizes:
-            raise self._size_error(number)
-        if number not in self._sizes_checked:
-            head = self._size_heads.get(number)
-            if head is None or head.get_loop() is not asyncio.get_running_loop():
-                # None yet, or one on a parent's loop (before a fork): its answer goes there.
-                name = self._index.shards[number].name
-                head = asyncio.ensure_future(self._shard_size(name))
-                self._size_heads[number] = head
-            try:
-                size = await asyncio.shield(head)
-            finally:
-                if head.done():
-                    self._size_heads.pop(number, None)
-            self._record_size(number, size)
-
-    async def _shard_size(self, name: str) -> int:
-        return (await self._store.head_async(name)).size
+        await self._sizes.check_async(number)
 
     def _decode(self, i: int, span: memoryview | bytes) -> dict[str, Any]:
         if self._index.tokens is not None:
@@ -363,8 +302,9 @@ class ShardDataset:
         reads = await asyncio.gather(*(fetch(run) for run in runs), return_exceptions=True)
         found: dict[int, dict[str, Any] | ShardFormatError] = {}
         for run, read in zip(runs, reads, strict=True):
-            if run.shard in self._bad_sizes:
-                error: BaseException = self._size_error(run.shard)
+            wrong_size = self._sizes.error(run.shard)
+            if wrong_size is not None:
+                error: BaseException = wrong_size
             elif isinstance(read, BaseException):
                 error = read
             else:
