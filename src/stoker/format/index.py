@@ -1,4 +1,6 @@
-"""The dataset index: a JSON manifest plus compact binary arrays, written last.
+"""The dataset index in a store: written last, read back with two GETs and checked.
+
+What an index holds and its encoding are :mod:`stoker.format.dataset_index`.
 
 ``index.bin`` holds, for N samples, little-endian arrays in this order after an 8-byte magic
 and the uint64 count: shard id (uint32), offset (uint64), length (uint64), label (int64),
@@ -13,13 +15,20 @@ import hashlib
 import json
 import logging
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any, TypedDict, TypeVar
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import numpy as np
 
 from stoker.errors import BucketNotFoundError, ShardFormatError
+from stoker.format.dataset_index import (
+    ARRAY_COLUMNS,
+    CHECKSUMS_KEY,
+    DatasetIndex,
+    ShardEntry,
+    ShardJSON,
+    section_checksums,
+)
 from stoker.format.keys import SampleKeys
 from stoker.format.spec import (
     ARRAYS_MAGIC,
@@ -30,165 +39,28 @@ from stoker.format.spec import (
 )
 from stoker.format.tar import check_member_name
 from stoker.format.tokens import TokenLayout, document_starts
-from stoker.format.writer import ShardRecord
 from stoker.storage.base import Store
 from stoker.storage.cache import DiskCache
 from stoker.storage.cached import CachedStore
+
+__all__ = [
+    "CHECKSUMS_KEY",
+    "MAX_MANIFEST_BYTES",
+    "DatasetIndex",
+    "ShardEntry",
+    "ShardJSON",
+    "read_index",
+    "section_checksums",
+    "write_index",
+]
 
 T = TypeVar("T")
 
 logger = logging.getLogger(__name__)
 
-_ARRAYS = (
-    ("shard", "<u4"),
-    ("offset", "<u8"),
-    ("length", "<u8"),
-    ("label", "<i8"),
-    ("crc32", "<u4"),
-)
-
-
-class ShardJSON(TypedDict):
-    """One shard in the manifest."""
-
-    name: str
-    samples: int
-    bytes: int
-    sha256: str
-
-
-@dataclass(frozen=True, slots=True)
-class ShardEntry:
-    """One shard as the index describes it."""
-
-    name: str
-    samples: int
-    size: int
-    sha256: str
-
-
-@dataclass(slots=True)
-class DatasetIndex:
-    """Everything needed to read any sample with one ranged GET.
-
-    Attributes:
-        shards: Shards in order.
-        class_names: Names indexed by label.
-        fields: Field extensions seen, with how many samples have each.
-        shard: Shard id of each sample.
-        offset: Byte offset of each sample's span in its shard.
-        length: Byte length of each sample's span.
-        label: Label of each sample (-1 for none).
-        crc32: CRC-32 of each sample's span.
-        keys: Key of each sample (a read index decodes each when asked for:
-            :class:`~stoker.format.keys.SampleKeys`).
-        packed_with: Parameters of the pack that made it (free-form, for humans).
-        skipped: Inputs left out with ``on_error="skip"``: dicts with key, source, reason.
-        edited: Manifest entries whose checksum (``sections_sha256``) no longer matches,
-            so edited after the index was written (``class_names`` renamed by hand); empty
-            if all match, None for an index written before manifests carried checksums.
-        tokens: For a token dataset (:mod:`stoker.format.tokens`), how its shards hold the
-            token stream; its samples are then documents. None for any other dataset.
-    """
-
-    shards: list[ShardEntry]
-    class_names: list[str]
-    fields: dict[str, int]
-    shard: np.ndarray
-    offset: np.ndarray
-    length: np.ndarray
-    label: np.ndarray
-    crc32: np.ndarray
-    keys: Sequence[str]
-    packed_with: dict[str, Any] = field(default_factory=dict)
-    skipped: list[dict[str, str]] = field(default_factory=list)
-    edited: list[str] | None = None
-    tokens: TokenLayout | None = None
-
-    def __len__(self) -> int:
-        return len(self.keys)
-
-    @classmethod
-    def from_shards(
-        cls,
-        records: list[ShardRecord],
-        *,
-        class_names: list[str],
-        fields: dict[str, int],
-        packed_with: dict[str, Any] | None = None,
-        skipped: list[dict[str, str]] | None = None,
-    ) -> DatasetIndex:
-        """Build the index of complete shards, in the order given."""
-        samples = [(i, s) for i, record in enumerate(records) for s in record.samples]
-        return cls(
-            shards=[ShardEntry(r.name, len(r.samples), r.size, r.sha256) for r in records],
-            class_names=list(class_names),
-            fields=dict(sorted(fields.items())),
-            shard=np.array([i for i, _ in samples], dtype="<u4"),
-            offset=np.array([s.offset for _, s in samples], dtype="<u8"),
-            length=np.array([s.length for _, s in samples], dtype="<u8"),
-            label=np.array([s.label for _, s in samples], dtype="<i8"),
-            crc32=np.array([s.crc32 for _, s in samples], dtype="<u4"),
-            keys=[s.key for _, s in samples],
-            packed_with=dict(packed_with or {}),
-            skipped=list(skipped or []),
-        )
-
-    def arrays_bytes(self) -> bytes:
-        """Encode the per-sample arrays as ``index.bin``."""
-        count = len(self.keys)
-        encoded = [k.encode("utf-8") for k in self.keys]
-        key_offsets = np.zeros(count + 1, dtype="<u8")
-        np.cumsum([len(k) for k in encoded], out=key_offsets[1:])
-        parts = [ARRAYS_MAGIC, np.uint64(count).astype("<u8").tobytes()]
-        for name, dtype in _ARRAYS:
-            parts.append(np.ascontiguousarray(getattr(self, name), dtype=dtype).tobytes())
-        parts += [key_offsets.tobytes(), b"".join(encoded)]
-        return b"".join(parts)
-
-    def manifest(self, arrays: bytes) -> dict[str, Any]:
-        """The JSON manifest for these arrays."""
-        shards: list[ShardJSON] = [
-            {"name": s.name, "samples": s.samples, "bytes": s.size, "sha256": s.sha256}
-            for s in self.shards
-        ]
-        manifest = {
-            "format": FORMAT_NAME,
-            "version": FORMAT_VERSION,
-            "samples": len(self.keys),
-            "class_names": self.class_names,
-            "fields": self.fields,
-            "shards": shards,
-            "arrays": {
-                "name": ARRAYS_NAME,
-                "bytes": len(arrays),
-                "sha256": hashlib.sha256(arrays).hexdigest(),
-            },
-            "packed_with": self.packed_with,
-            "skipped": self.skipped,
-        }
-        if self.tokens is not None:
-            manifest["tokens"] = self.tokens.to_json()
-        manifest[CHECKSUMS_KEY] = section_checksums(manifest)
-        return manifest
-
-
-#: The manifest entry that holds the SHA-256 of every other entry.
-CHECKSUMS_KEY = "sections_sha256"
 #: An ``index.json`` larger than this is refused before it is parsed (parsing JSON takes
 #: many times its size in memory). 128 MiB holds the manifest of about 500,000 shards.
 MAX_MANIFEST_BYTES = 128 << 20
-
-
-def section_checksums(manifest: dict[str, Any]) -> dict[str, str]:
-    """SHA-256 of each manifest entry's canonical JSON (sorted keys, no spaces, UTF-8)."""
-    return {
-        key: hashlib.sha256(
-            json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
-        ).hexdigest()
-        for key, value in sorted(manifest.items())
-        if key != CHECKSUMS_KEY
-    }
 
 
 def _edited_sections(manifest: dict[str, Any]) -> list[str] | None:
@@ -236,14 +108,37 @@ def read_index(
             arrays do not match the manifest.
     """
     where = f"{store.url}/{MANIFEST_NAME}"
+    manifest = _parse_manifest(
+        _get_manifest(store, cache, max_manifest_bytes, where=where), where=where
+    )
     try:
-        raw = _get_manifest(store, cache, max_manifest_bytes, where=where)
-    except BucketNotFoundError:  # its message names the bucket or folder: say that
-        raise
-    except FileNotFoundError as exc:
-        raise FileNotFoundError(
-            f"{where}: no index; is this a packed stoker dataset, and did its pack finish?"
-        ) from exc
+        parts = _Manifest.of(manifest)
+    except ValueError as exc:
+        raise ShardFormatError(f"{where}: {exc}") from None
+    arrays_where = f"{store.url}/{parts.arrays_name}"
+    index = _decode_arrays(_get_arrays(store, cache, parts, where=arrays_where), where=arrays_where)
+    index.shards = parts.shards
+    index.class_names = parts.class_names
+    index.fields = parts.fields
+    index.packed_with = parts.packed_with
+    index.skipped = parts.skipped
+    index.edited = _edited_sections(manifest)
+    index.tokens = parts.tokens
+    if index.edited:
+        logger.warning(
+            "%s: %s edited since the index was written (checksums differ); "
+            "`stoker verify` reports it",
+            where,
+            ", ".join(index.edited),
+        )
+    if len(index) != parts.samples or sum(s.samples for s in parts.shards) != len(index):
+        raise ShardFormatError(f"{where}: sample counts disagree with {ARRAYS_NAME}")
+    _check_layout(index, where=arrays_where)
+    return index
+
+
+def _parse_manifest(raw: bytes, *, where: str) -> dict[str, Any]:
+    """``index.json`` parsed, its format and version checked."""
     try:
         manifest = json.loads(raw)
     except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError, nesting
@@ -258,14 +153,32 @@ def read_index(
             f"{where}: format version {version} is newer than this stoker reads "
             f"({FORMAT_VERSION}); upgrade stoker"
         )
-    try:
-        arrays_meta = _mapping(manifest, "arrays")
-        arrays_name = _object_name(arrays_meta.get("name"), "arrays.name")
-        arrays_sha256 = _checked(arrays_meta.get("sha256"), str, "arrays.sha256")
-        shards = [
-            _shard_entry(s, n)
-            for n, s in enumerate(_checked(manifest.get("shards"), list, "shards"))
-        ]
+    return manifest
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Manifest:
+    """The entries of a manifest, each checked."""
+
+    arrays_name: str
+    arrays_sha256: str
+    arrays_bytes: object  # the size of index.bin, if the manifest gives it
+    shards: list[ShardEntry]
+    samples: int
+    class_names: list[str]
+    fields: dict[str, int]
+    packed_with: dict[str, Any]
+    skipped: list[dict[str, str]]
+    tokens: TokenLayout | None
+
+    @classmethod
+    def of(cls, manifest: dict[str, Any]) -> _Manifest:
+        """Raises ValueError naming the entry that is wrong."""
+        arrays = _mapping(manifest, "arrays")
+        arrays_name = _object_name(arrays.get("name"), "arrays.name")
+        arrays_sha256 = _checked(arrays.get("sha256"), str, "arrays.sha256")
+        listed = _checked(manifest.get("shards"), list, "shards")
+        shards = [_shard_entry(s, n) for n, s in enumerate(listed)]
         samples = _checked(manifest.get("samples"), int, "samples")
         class_names = _checked(manifest.get("class_names", []), list, "class_names")
         fields = _mapping(manifest, "fields", default={})
@@ -282,44 +195,41 @@ def read_index(
             if "tokens" in manifest
             else None
         )
-    except ValueError as exc:
-        raise ShardFormatError(f"{where}: {exc}") from None
-    arrays_where = f"{store.url}/{arrays_name}"
-    arrays_bytes = arrays_meta.get("bytes")
+        return cls(
+            arrays_name=arrays_name,
+            arrays_sha256=arrays_sha256,
+            arrays_bytes=arrays.get("bytes"),
+            shards=shards,
+            samples=samples,
+            class_names=list(class_names),
+            fields=dict(fields),
+            packed_with=dict(packed_with),
+            skipped=list(skipped),
+            tokens=tokens,
+        )
+
+
+def _get_arrays(store: Store, cache: DiskCache | None, parts: _Manifest, *, where: str) -> bytes:
+    """``index.bin``'s bytes, through ``cache`` if given, checked against the manifest's
+    SHA-256."""
+    name = parts.arrays_name
     try:
         if cache is None:
-            arrays = bytes(store.get(arrays_name))
+            arrays = bytes(store.get(name))
         else:
             known = None  # an older manifest without the size: one HEAD for it
-            if isinstance(arrays_bytes, int) and arrays_bytes >= 0:
-                known = {arrays_name: (f"sha256:{arrays_sha256}", arrays_bytes)}
-            arrays = bytes(CachedStore(store, cache, objects=known).get_whole(arrays_name))
+            size = parts.arrays_bytes
+            if isinstance(size, int) and size >= 0:
+                known = {name: (f"sha256:{parts.arrays_sha256}", size)}
+            arrays = bytes(CachedStore(store, cache, objects=known).get_whole(name))
     except FileNotFoundError as exc:
-        raise FileNotFoundError(f"{arrays_where}: missing; {MANIFEST_NAME} names it") from exc
-    if hashlib.sha256(arrays).hexdigest() != arrays_sha256:
+        raise FileNotFoundError(f"{where}: missing; {MANIFEST_NAME} names it") from exc
+    if hashlib.sha256(arrays).hexdigest() != parts.arrays_sha256:
         raise ShardFormatError(
-            f"{arrays_where}: checksum does not match {MANIFEST_NAME} "
+            f"{where}: checksum does not match {MANIFEST_NAME} "
             f"(an index from another dataset, or a partial write)"
         )
-    index = _decode_arrays(arrays, where=arrays_where)
-    index.shards = shards
-    index.class_names = list(class_names)
-    index.fields = dict(fields)
-    index.packed_with = dict(packed_with)
-    index.skipped = list(skipped)
-    index.edited = _edited_sections(manifest)
-    index.tokens = tokens
-    if index.edited:
-        logger.warning(
-            "%s: %s edited since the index was written (checksums differ); "
-            "`stoker verify` reports it",
-            where,
-            ", ".join(index.edited),
-        )
-    if len(index) != samples or sum(s.samples for s in shards) != len(index):
-        raise ShardFormatError(f"{where}: sample counts disagree with {ARRAYS_NAME}")
-    _check_layout(index, where=arrays_where)
-    return index
+    return arrays
 
 
 def _get_manifest(
@@ -329,15 +239,23 @@ def _get_manifest(
     ``max_manifest_bytes`` is refused: through the cache, unread).
 
     Raises:
+        FileNotFoundError: There is none.
         ShardFormatError: It is larger than ``max_manifest_bytes``.
     """
-    if cache is None:
-        raw = bytes(store.get(MANIFEST_NAME))
-        size = len(raw)
-    else:
-        shared = CachedStore(store, cache)
-        size = shared.size_of(MANIFEST_NAME)
-        raw = b"" if size > max_manifest_bytes else bytes(shared.get_whole(MANIFEST_NAME))
+    try:
+        if cache is None:
+            raw = bytes(store.get(MANIFEST_NAME))
+            size = len(raw)
+        else:
+            shared = CachedStore(store, cache)
+            size = shared.size_of(MANIFEST_NAME)
+            raw = b"" if size > max_manifest_bytes else bytes(shared.get_whole(MANIFEST_NAME))
+    except BucketNotFoundError:  # its message names the bucket or folder: say that
+        raise
+    except FileNotFoundError as exc:
+        raise FileNotFoundError(
+            f"{where}: no index; is this a packed stoker dataset, and did its pack finish?"
+        ) from exc
     if size > max_manifest_bytes:
         raise ShardFormatError(
             f"{where}: {size:,} bytes, more than an index may be "
@@ -426,7 +344,7 @@ def _decode_arrays(data: bytes, *, where: str) -> DatasetIndex:
     count = int(np.frombuffer(data, dtype="<u8", count=1, offset=8)[0])
     position = 16
     columns: dict[str, np.ndarray] = {}
-    for name, dtype in (*_ARRAYS, ("key_offsets", "<u8")):
+    for name, dtype in (*ARRAY_COLUMNS, ("key_offsets", "<u8")):
         n = count + 1 if name == "key_offsets" else count
         size = np.dtype(dtype).itemsize * n
         if position + size > len(data):
