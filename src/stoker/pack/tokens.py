@@ -19,15 +19,13 @@ import json
 import logging
 import os
 import random
-import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
-from typing import IO, Any, Literal
+from typing import Any, Literal
 
 import numpy as np
 
-from stoker.errors import SourceError
 from stoker.format.foreign.locations import LocationReader
 from stoker.format.spec import PACK_STATE_DIR, shard_name
 from stoker.format.token_writer import (
@@ -53,6 +51,7 @@ from stoker.pack.token_sources import (
     read_jsonl,
     read_parquet,
 )
+from stoker.pack.token_staging import Staging
 from stoker.pack.token_summary import TokenSummary, summarise_tokens
 from stoker.pack.tokenizers import TOKENIZE_BATCH, Tokenizer, load_tokenizer, tokenized
 from stoker.storage import Store, open_store
@@ -178,50 +177,64 @@ def pack_tokens(
     inputs = find_token_inputs(src, offsets=offsets_at, storage_options=storage_options)
     encoder = _encoder(inputs, src, tokenizer, storage_options)
     vocab_size = config.vocab_size or (encoder.vocab_size if encoder else None)
+    packed_with = _packed_with(inputs, src, encoder, vocab_size, config)
+    plan = _plan(inputs, offsets_at, packed_with)
+    refuse_foreign(store, plan, packed_with["source"])
+    report = PackReport(
+        source=packed_with["source"], source_format=inputs.kind, destination=store.url
+    )
+    report.bytes_in, reader = inputs.bytes, LocationReader(storage_options)
+    limit = _UINT32_MAX if vocab_size is None else vocab_size - 1
+    items = _read(inputs, reader, config, offsets_at)
+    items = tokenized(items, encoder) if encoder is not None else items
+    with Staging(token_dtype(limit)) as staging:
+        staging.fill(
+            items,
+            limit=limit,
+            vocab_size=vocab_size,
+            on_error=config.on_error,
+            skipped=report.skipped,
+            progress=progress,
+            total=len(inputs.files) if inputs.kind == "documents" else None,
+            where=src,
+        )
+        largest = max(staging.max_id, -1 if config.eos_id is None else config.eos_id)
+        dtype = token_dtype(largest if vocab_size is None else vocab_size - 1)
+        shards = _write_shards(store, staging, plan, dtype, config, report)
+    report.tokens = _commit(store, shards, dtype, packed_with, config, report)
+    report.requests = {"source": reader.requests(), "destination": store.counters.snapshot()}
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _packed_with(
+    inputs: TokenInputs, src: str, encoder: Any, vocab_size: int | None, config: TokenPackConfig
+) -> dict[str, Any]:
+    """What the index records of how the pack was made (refusing an end-of-text id
+    outside the vocabulary)."""
     if config.eos_id is not None and vocab_size is not None and config.eos_id >= vocab_size:
         raise ValueError(f"eos id {config.eos_id} is outside the vocabulary of {vocab_size:,}")
-    description = f"{inputs.kind} {src} ({len(inputs.files):,} files)"
-    packed_with = {
-        "source": description,
+    return {
+        "source": f"{inputs.kind} {src} ({len(inputs.files):,} files)",
         "format": inputs.kind,
         "tokenizer": encoder.description if encoder else None,
         "text_field": config.text_field if encoder else None,
         "bin_dtype": config.bin_dtype,
         "vocab_size": vocab_size,
-        "eos_id": config.eos_id,
-        "max_shard_bytes": config.max_shard_bytes,
-        "shuffle_seed": config.shuffle_seed,
+        **{name: getattr(config, name) for name in ("eos_id", "max_shard_bytes", "shuffle_seed")},
     }
-    plan = _plan(inputs, offsets_at, packed_with)
-    refuse_foreign(store, plan, description)
-    report = PackReport(
-        source=description, source_format=inputs.kind, destination=store.url, bytes_in=inputs.bytes
-    )
-    reader = LocationReader(storage_options)
-    limit = _UINT32_MAX if vocab_size is None else vocab_size - 1
-    items = _read(inputs, reader, config, offsets_at)
-    if encoder is not None:
-        items = tokenized(items, encoder)
-    total = len(inputs.files) if inputs.kind == "documents" else None
-    with _Staging(token_dtype(limit)) as staging:
-        for item in items:
-            tokens, problem = _checked(item, limit, vocab_size)
-            if problem is None:
-                staging.add(item.key, tokens)
-            elif config.on_error == "raise":
-                raise SourceError(f"{item.source}: document {item.key!r}: {problem}")
-            else:
-                report.skipped.append({"key": item.key, "source": item.source, "reason": problem})
-            if progress is not None:
-                progress(total, 1, tokens.nbytes)
-        if not staging.keys:
-            raise ValueError(
-                f"{src}: no documents to pack ({len(report.skipped)} skipped: "
-                f"{report.skipped[0]['reason'] if report.skipped else 'none found'})"
-            )
-        largest = max(staging.max_id, -1 if config.eos_id is None else config.eos_id)
-        dtype = token_dtype(largest if vocab_size is None else vocab_size - 1)
-        shards = _write_shards(store, staging, plan, dtype, config, report)
+
+
+def _commit(
+    store: Store,
+    shards: list[TokenShard],
+    dtype: np.dtype[Any],
+    packed_with: dict[str, Any],
+    config: TokenPackConfig,
+    report: PackReport,
+) -> TokenStats:
+    """Check every shard is there, write the index (the commit point), and say what the
+    dataset holds."""
     check_shards_present(store, [shard.record for shard in shards])
     index = write_token_index(
         store,
@@ -235,17 +248,14 @@ def pack_tokens(
     if layout is None:  # write_token_index always sets it
         raise RuntimeError("write_token_index wrote no tokens section")
     report.samples, report.shards = len(index), len(shards)
-    report.tokens = TokenStats(
+    return TokenStats(
         tokens=layout.tokens,
         dtype=layout.dtype.name,
         eos_id=layout.eos_id,
         max_id=layout.max_id,
-        tokenizer=encoder.description if encoder else None,
+        tokenizer=packed_with["tokenizer"],
         shuffle_seed=config.shuffle_seed,
     )
-    report.requests = {"source": reader.requests(), "destination": store.counters.snapshot()}
-    report.seconds = time.perf_counter() - started
-    return report
 
 
 def _encoder(
@@ -278,7 +288,7 @@ def _plan(inputs: TokenInputs, offsets: str | None, packed_with: dict[str, Any])
 
 def _write_shards(
     store: Store,
-    staging: _Staging,
+    staging: Staging,
     plan: PackPlan,
     dtype: np.dtype[Any],
     config: TokenPackConfig,
@@ -349,63 +359,3 @@ def _read(
     if inputs.kind == "jsonl":
         return read_jsonl(inputs.files, reader, text_field=config.text_field)
     return read_parquet(inputs.files, reader, text_field=config.text_field)
-
-
-def _checked(item: Item, limit: int, vocab_size: int | None) -> tuple[np.ndarray, str | None]:
-    """The document's ids as an array, and why it cannot be packed (None if it can)."""
-    if item.problem is not None:
-        return np.zeros(0, np.uint32), item.problem
-    try:
-        array = np.asarray(item.value)
-    except (ValueError, TypeError) as exc:
-        return np.zeros(0, np.uint32), f"not an array of token ids: {exc}"
-    if array.ndim != 1:
-        return array, f"a {array.ndim}-D array of shape {array.shape}, expected one dimension"
-    if not len(array):
-        return array, "empty document (no tokens)"
-    if array.dtype.kind not in "iu":
-        return array, f"ids of dtype {array.dtype}, expected integers"
-    low, high = int(array.min()), int(array.max())
-    if low < 0:
-        return array, f"token id {low} is negative"
-    if high > limit:
-        within = f"the vocabulary of {vocab_size:,}" if vocab_size else "32 bits"
-        return array, f"token id {high} is out of range (outside {within})"
-    return array, None
-
-
-class _Staging:
-    """Checked documents in a temporary file, in input order, read back in any order."""
-
-    def __init__(self, dtype: np.dtype[Any]) -> None:
-        self.dtype = dtype
-        self.keys: list[str] = []
-        self.starts: list[int] = [0]
-        self.max_id = -1
-        # Closed by __exit__; unnamed, so nothing is left behind even on a crash.
-        self._file: IO[bytes] = tempfile.TemporaryFile(prefix="stoker-tokens-")  # noqa: SIM115
-
-    def __enter__(self) -> _Staging:
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._file.close()
-
-    def add(self, key: str, tokens: np.ndarray) -> None:
-        self._file.write(np.ascontiguousarray(tokens, dtype=self.dtype).tobytes())
-        self.keys.append(key)
-        self.starts.append(self.starts[-1] + len(tokens))
-        self.max_id = max(self.max_id, int(tokens.max()))
-
-    def length(self, n: int) -> int:
-        """Tokens in document ``n`` (in input order)."""
-        return self.starts[n + 1] - self.starts[n]
-
-    def documents(self, order: Sequence[int]) -> Iterator[tuple[str, np.ndarray]]:
-        self._file.flush()
-        item = self.dtype.itemsize
-        for n in order:
-            start, end = self.starts[n], self.starts[n + 1]
-            self._file.seek(start * item)
-            data = self._file.read((end - start) * item)
-            yield self.keys[n], np.frombuffer(data, dtype=self.dtype)
