@@ -1,30 +1,32 @@
 """Read TFRecord files of ``tf.train.Example`` records, without TensorFlow or protobuf.
 
 A record is framed as a uint64 little-endian length, the masked CRC32C of those 8 bytes,
-the data, and the masked CRC32C of the data; the data is a serialized ``tf.train.Example``,
-decoded here by a small protobuf wire-format parser. :func:`write_tfrecord` is the matching
-encoder, for tests and small inputs. CRC32C comes from ``google-crc32c``
+the data, and the masked CRC32C of the data; the data is a serialized ``tf.train.Example``
+(:mod:`stoker.format.foreign.tf_example` decodes and encodes it). :func:`write_tfrecord` is
+the matching writer, for tests and small inputs. CRC32C comes from ``google-crc32c``
 (``pip install 'stoker[tfrecord]'``).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import math
 import os
 import re
 import struct
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from stoker.errors import SourceError
 from stoker.format.foreign.base import Sample, SampleRef
 from stoker.format.foreign.locations import LocationReader, is_remote
+from stoker.format.foreign.tf_example import (
+    Example,
+    FeatureValue,
+    decode_example,
+    encode_example,
+    json_document,
+)
 from stoker.format.spec import sniff_image_extension
 from stoker.storage import parse_url
 
@@ -37,9 +39,6 @@ _TFRECORD_NAME = re.compile(r"\.(tfrecords?|tfr)$|\.tfrecord(?=-)", re.IGNORECAS
 _HEADER_BYTES = 12  # uint64 length + uint32 CRC of the length
 _CHUNK_BYTES = 16 << 20  # the scan reads a file in pieces this size, not whole
 _MAX_NAMED_LABEL = 1 << 20  # class names form a list indexed by label
-_INT64_MASK = (1 << 64) - 1
-
-FeatureValue = bytes | str | int | float | list[Any]
 
 
 def write_tfrecord(
@@ -62,11 +61,7 @@ def write_tfrecord(
     crc = _crc32c_function()
     with open(path, "wb") as f:
         for example in examples:
-            entries = b"".join(
-                _field(1, _field(1, name.encode()) + _field(2, _encode_feature(name, value)))
-                for name, value in example.items()
-            )
-            data = _field(1, entries)
+            data = encode_example(example)
             length = struct.pack("<Q", len(data))
             f.write(length + _masked(crc(length)).to_bytes(4, "little"))
             f.write(data + _masked(crc(data)).to_bytes(4, "little"))
@@ -175,13 +170,13 @@ class TFRecordReader:
         data = raw[:-4]
         if self._verify_crc:  # the file may have changed since the scan
             _check_crc(_crc32c_function(), data, raw[-4:], where, "data")
-        example = _decode(data, where)
+        example = decode_example(data, where)
         image_name, image = self._image(example, where)
         label_name, label = self._label(example, where)
         fields = {sniff_image_extension(image): image}
         if label != -1:
             fields["cls"] = str(label).encode()
-        doc = _json_document(example, skip={image_name, label_name})
+        doc = json_document(example, skip={image_name, label_name})
         if doc:
             fields["json"] = json.dumps(doc, sort_keys=True, ensure_ascii=False).encode()
         return Sample(ref.key, fields, label)
@@ -217,7 +212,7 @@ class TFRecordReader:
                 raise SourceError(f"{location} and {stems[stem]} both give keys {stem}_*")
             for index, offset, data in _records(self._io, location, size, crc, self._verify_crc):
                 where = f"{location}: record {index} at byte offset {offset}"
-                example = _decode(data, where)
+                example = decode_example(data, where)
                 self._image(example, where)
                 label = self._label(example, where)[1]
                 text = example.bytes_lists.get(CLASS_TEXT_FEATURE)
@@ -235,7 +230,7 @@ class TFRecordReader:
         self._top_label = max((ref.label for ref in refs), default=-1)
         return refs
 
-    def _image(self, example: _Example, where: str) -> tuple[str, bytes]:
+    def _image(self, example: Example, where: str) -> tuple[str, bytes]:
         for name in (self._image_feature,) if self._image_feature else IMAGE_FEATURES:
             values = example.bytes_lists.get(name)
             if values:
@@ -246,7 +241,7 @@ class TFRecordReader:
             f"{example.summary() or 'no features'}; pass image_feature"
         )
 
-    def _label(self, example: _Example, where: str) -> tuple[str | None, int]:
+    def _label(self, example: Example, where: str) -> tuple[str | None, int]:
         for name in (self._label_feature,) if self._label_feature else LABEL_FEATURES:
             values = example.int64_lists.get(name)
             if values is not None and len(values) == 1:
@@ -256,25 +251,6 @@ class TFRecordReader:
         raise SourceError(
             f"{where}: label feature {self._label_feature!r} is not an int64_list of one "
             f"value; the record has {example.summary() or 'no features'}"
-        )
-
-
-@dataclass(slots=True)
-class _Example:
-    """A decoded ``tf.train.Example``: feature name to values, by list kind."""
-
-    bytes_lists: dict[str, list[bytes]] = field(default_factory=dict)
-    float_lists: dict[str, list[float]] = field(default_factory=dict)
-    int64_lists: dict[str, list[int]] = field(default_factory=dict)
-
-    def summary(self) -> str:
-        kinds: dict[str, Mapping[str, object]] = {
-            "bytes_list": self.bytes_lists,
-            "float_list": self.float_lists,
-            "int64_list": self.int64_lists,
-        }
-        return ", ".join(
-            sorted(f"{name} ({kind})" for kind, lists in kinds.items() for name in lists)
         )
 
 
@@ -360,136 +336,3 @@ def _key_stem(location: str, root: str) -> str:
     # train.tfrecord-00000-of-00010 -> train-00000-of-00010; a.tfrecord -> a
     name = _TFRECORD_NAME.sub("", name)
     return (f"{folder}/{name}" if folder else name).replace(".", "_")
-
-
-def _json_document(example: _Example, *, skip: set[str | None]) -> dict[str, object]:
-    doc: dict[str, list[Any]] = {}
-    for name, raw in example.bytes_lists.items():
-        with contextlib.suppress(UnicodeDecodeError):  # binary payloads have no JSON form
-            doc[name] = [value.decode("utf-8") for value in raw]
-    for name, floats in example.float_lists.items():
-        # str(np.float32) is the shortest text that reads back as the same float32.
-        doc[name] = [float(str(np.float32(v))) if math.isfinite(v) else None for v in floats]
-    doc.update(example.int64_lists)
-    return {
-        name: values[0] if len(values) == 1 else values
-        for name, values in doc.items()
-        if name not in skip
-    }
-
-
-# Protobuf wire format: https://protobuf.dev/programming-guides/encoding/
-
-
-def _decode(data: bytes, where: str) -> _Example:
-    example = _Example()
-    try:
-        for number, wire, start, stop in _fields(data, 0, len(data)):
-            if (number, wire) == (1, 2):  # Example.features; repeats merge, as in protobuf
-                _decode_features(data, start, stop, example)
-    except (ValueError, struct.error) as exc:
-        raise SourceError(f"{where}: not a tf.train.Example: {exc}") from exc
-    return example
-
-
-def _decode_features(data: bytes, start: int, stop: int, example: _Example) -> None:
-    for number, wire, entry_start, entry_stop in _fields(data, start, stop):
-        if (number, wire) != (1, 2):
-            continue
-        name, kind, a, b = "", 0, 0, 0
-        for entry_number, entry_wire, c, d in _fields(data, entry_start, entry_stop):
-            if (entry_number, entry_wire) == (1, 2):
-                name = data[c:d].decode("utf-8")
-            elif (entry_number, entry_wire) == (2, 2):
-                for feature_number, feature_wire, e, f in _fields(data, c, d):
-                    if feature_number in (1, 2, 3) and feature_wire == 2:
-                        kind, a, b = feature_number, e, f  # a oneof: the last one wins
-        for lists in (example.bytes_lists, example.float_lists, example.int64_lists):
-            lists.pop(name, None)  # a repeated map key: the last entry wins
-        values = [(w, c, d) for n, w, c, d in _fields(data, a, b) if n == 1]
-        if kind == 1:
-            example.bytes_lists[name] = [data[c:d] for w, c, d in values if w == 2]
-        elif kind == 2:
-            floats: list[float] = []
-            for w, c, d in values:
-                if w == 5 or (w == 2 and (d - c) % 4 == 0):  # one float, or packed floats
-                    floats.extend(struct.unpack_from(f"<{(d - c) // 4}f", data, c))
-                elif w == 2:
-                    raise ValueError(f"packed float list of {d - c} bytes")
-            example.float_lists[name] = floats
-        elif kind == 3:
-            ints: list[int] = []
-            for w, c, d in values:
-                while w == 2 and c < d:  # packed
-                    value, c = _varint(data, c, d)
-                    ints.append(_signed(value))
-                if w == 0:
-                    ints.append(_signed(c))
-            example.int64_lists[name] = ints
-
-
-def _fields(data: bytes, pos: int, stop: int) -> Iterator[tuple[int, int, int, int]]:
-    """Yield ``(number, wire type, a, b)``: a varint's value as ``a``, else its byte range."""
-    while pos < stop:
-        tag, pos = _varint(data, pos, stop)
-        number, wire = tag >> 3, tag & 7
-        if wire == 0:
-            value, pos = _varint(data, pos, stop)
-            yield number, wire, value, 0
-            continue
-        if wire == 2:
-            length, pos = _varint(data, pos, stop)
-        elif wire in (1, 5):
-            length = 8 if wire == 1 else 4
-        else:
-            raise ValueError(f"unsupported wire type {wire} at byte {pos}")
-        if pos + length > stop:
-            raise ValueError(f"field {number} overruns its message at byte {pos}")
-        yield number, wire, pos, pos + length
-        pos += length
-
-
-def _varint(data: bytes, pos: int, stop: int) -> tuple[int, int]:
-    result = shift = 0
-    while pos < stop and shift < 70:
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return result & _INT64_MASK, pos
-        shift += 7
-    raise ValueError(f"bad varint ending at byte {pos}")
-
-
-def _signed(value: int) -> int:
-    return value - (1 << 64) if value >= 1 << 63 else value
-
-
-def _encode_feature(name: str, value: FeatureValue) -> bytes:
-    values: list[Any] = value if isinstance(value, list) else [value]
-    if not values:
-        raise ValueError(f"feature {name!r}: cannot tell the kind of an empty list")
-    if all(isinstance(v, bytes | str) for v in values):
-        return _field(
-            1, b"".join(_field(1, v.encode() if isinstance(v, str) else v) for v in values)
-        )
-    if all(isinstance(v, int) for v in values):
-        if not all(-(1 << 63) <= v < 1 << 63 for v in values):
-            raise ValueError(f"feature {name!r}: int outside int64")
-        return _field(3, _field(1, b"".join(_encode_varint(v & _INT64_MASK) for v in values)))
-    if all(isinstance(v, int | float) for v in values):
-        return _field(2, _field(1, struct.pack(f"<{len(values)}f", *values)))
-    raise ValueError(f"feature {name!r}: expected bytes, str, int, float or a list of one")
-
-
-def _field(number: int, payload: bytes) -> bytes:
-    return _encode_varint(number << 3 | 2) + _encode_varint(len(payload)) + payload
-
-
-def _encode_varint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
