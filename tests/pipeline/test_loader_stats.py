@@ -142,7 +142,7 @@ class FakeClock:
 def install_fake_clock(patch: Callable[[object, str, object], None]) -> FakeClock:
     """Give the decode stages a fake clock, and make each image's decoding take DECODE_S of
     it; ``patch`` is ``monkeypatch.setattr`` here, ``setattr`` in a worker process."""
-    from stoker.pipeline import batching, decode, workers
+    from stoker.pipeline import batching, decode, sample_decoder, workers
 
     clock = FakeClock()
     real_decode = decode.decode_full
@@ -151,7 +151,8 @@ def install_fake_clock(patch: Callable[[object, str, object], None]) -> FakeCloc
         clock.advance(wall=DECODE_S, cpu=DECODE_S)
         return real_decode(data, **options)
 
-    patch(workers, "decode_full", decode_full)
+    patch(sample_decoder, "decode_full", decode_full)
+    patch(sample_decoder, "time", clock)
     patch(workers, "time", clock)
     patch(batching, "time", clock)
     return clock
