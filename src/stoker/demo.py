@@ -29,6 +29,8 @@ from stoker.pipeline.loader import Loader
 from stoker.pipeline.transforms import RandomResizedCrop
 from stoker.profile.advice import format_diagnosis
 from stoker.profile.compare import CompareConfig, compare_methods, format_comparison
+from stoker.profile.comparison import CompareRow, Comparison
+from stoker.profile.diagnosis import Diagnosis
 from stoker.profile.doctor import diagnose
 from stoker.profile.grid import save_sample_grid
 from stoker.profile.plots import render_comparison, render_doctor, save_png
@@ -48,6 +50,9 @@ SEQUENTIAL_SAMPLE = 200
 DOCTOR_BATCH = 64
 DOCTOR_STEP_S = 0.025
 DOCTOR_SECONDS = 3.0
+_IMAGES_URL = f"s3://{BUCKET}/images"
+_PACKED_URL = f"s3://{BUCKET}/packed"
+_OUTPUTS = ("compare.png", "doctor.png", "trace.json", "grid.png")
 
 
 def _digest(data: bytes | memoryview) -> str:
@@ -131,21 +136,7 @@ def run_demo(
     work = Path(tempfile.mkdtemp(prefix="stoker-demo-"))
     started = time.perf_counter()
     try:
-        source = work / "images"
-        paths, kind = _write_images(source, files)
-        total = sum(p.stat().st_size for p in paths)
-        if kind == "photographs":
-            say(
-                f"[1/6] made {files} JPEGs ({format_bytes(total)}) in class folders: random "
-                "crops of scikit-image's photographs"
-            )
-        else:
-            say(
-                f"[1/6] generated {files} synthetic JPEGs ({format_bytes(total)}) in class "
-                "folders (for real photographs: pip install 'stoker[bench]', which brings "
-                "scikit-image)"
-            )
-
+        paths, kind, total = _make_images(work / "images", files, say)
         with SeaweedServer(port=server_port) as server:
             server.create_bucket(BUCKET)
             link = LinkConfig(rtt_s=rtt_s, bandwidth_bytes_s=125e6)
@@ -157,77 +148,20 @@ def run_demo(
                 )
                 options = server.storage_options(proxy.endpoint)
                 endpoint, server_endpoint = proxy.endpoint, server.endpoint
-                images_url = f"s3://{BUCKET}/images"
-                packed_url = f"s3://{BUCKET}/packed"
                 up = upload(
-                    source,
-                    open_store(images_url, storage_options=options),
+                    work / "images",
+                    open_store(_IMAGES_URL, storage_options=options),
                     config=TransferConfig(workers=workers),
                 )
                 say(f"[3/6] uploaded with stoker: {up.files_per_s:,.0f} files/s")
-                say("[4/6] four ways to train on them, each to its first batch and one epoch:")
-                comparison = compare_methods(
-                    images_url,
-                    pack_to=packed_url,
-                    storage_options=options,
-                    config=CompareConfig(
-                        limit=files,
-                        batch_size=DOCTOR_BATCH,
-                        download_workers=workers,
-                        sequential_limit=SEQUENTIAL_SAMPLE,
-                    ),
-                    workdir=work,
-                    keep_packed=True,
-                    log=lambda line: say(f"      {line}"),
-                )
-                save_png(render_comparison(comparison), out / "compare.png")
-                verified = _check_packed(packed_url, options, paths)
-                say(
-                    f"      verified: all {verified} images in the packed dataset match "
-                    "their originals byte for byte (MD5)"
-                )
-                with Loader(
-                    packed_url,
-                    batch_size=DOCTOR_BATCH,
-                    transform=RandomResizedCrop(224, flip=True),
-                    storage_options=options,
-                ) as loader:
-                    diagnosis = diagnose(
-                        loader, step_s=DOCTOR_STEP_S, seconds=DOCTOR_SECONDS, advice_for="cli"
-                    )
-                save_png(render_doctor(diagnosis), out / "doctor.png")
-                write_chrome_trace(
-                    diagnosis.events, out / "trace.json", origin_s=diagnosis.origin_s
-                )
-                say(
-                    f"[5/6] doctor, streaming the packed copy at a {DOCTOR_STEP_S * 1000:g} ms "
-                    f"step: {diagnosis.summary()}"
-                )
-                # What the model sees: nine samples of one training batch, as mixed as it.
-                with Loader(
-                    packed_url,
-                    batch_size=DOCTOR_BATCH,
-                    transform=RandomResizedCrop(160, flip=True),
-                    storage_options=options,
-                ) as loader:
-                    save_sample_grid(loader, out / "grid.png")
+                comparison, verified = _compare(options, work, out, paths, workers=workers, say=say)
+                diagnosis = _doctor(options, out, say)
+                _sample_grid(options, out)
                 say(f"[6/6] wrote compare.png, doctor.png, trace.json and grid.png to {out}")
-        say("")
-        for line in format_comparison(comparison).splitlines():
-            say(line)
-        say("")
-        for line in format_diagnosis(diagnosis).splitlines():
-            say(line)
+        _print_results(comparison, diagnosis, say)
         rows = {row.method[:3]: row for row in comparison.rows}
         seconds = time.perf_counter() - started
-        say("")
-        say(
-            f"Packed, the {files} images stream with {rows['(d)'].requests_per_epoch:,} GETs per "
-            f"epoch instead of {rows['(c)'].requests_per_epoch:,} (one per file), and the first "
-            f"batch comes {rows['(a)'].first_batch_s / max(rows['(d)'].first_batch_s, 1e-9):.0f}x "
-            f"sooner than after a one-by-one download. Total demo time {seconds:.1f} s."
-        )
-        say(f"Open {out / 'trace.json'} in ui.perfetto.dev to see every stage on every thread.")
+        _say_summary(rows, files=files, seconds=seconds, out=out, say=say)
         return {
             "files": files,
             "images": kind,
@@ -242,11 +176,120 @@ def run_demo(
             "comparison": comparison.to_dict(),
             "verified_files": verified,
             "doctor": diagnosis.to_dict(),
-            "outputs": {
-                name: str(out / name)
-                for name in ("compare.png", "doctor.png", "trace.json", "grid.png")
-            },
+            "outputs": {name: str(out / name) for name in _OUTPUTS},
             "seconds": round(seconds, 1),
         }
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _make_images(
+    source: Path, files: int, say: Callable[[str], None]
+) -> tuple[list[Path], str, int]:
+    """Step 1: the JPEGs in class folders under ``source``, which kind they are, and their
+    bytes."""
+    paths, kind = _write_images(source, files)
+    total = sum(p.stat().st_size for p in paths)
+    if kind == "photographs":
+        say(
+            f"[1/6] made {files} JPEGs ({format_bytes(total)}) in class folders: random "
+            "crops of scikit-image's photographs"
+        )
+    else:
+        say(
+            f"[1/6] generated {files} synthetic JPEGs ({format_bytes(total)}) in class "
+            "folders (for real photographs: pip install 'stoker[bench]', which brings "
+            "scikit-image)"
+        )
+    return paths, kind, total
+
+
+def _compare(
+    options: dict[str, Any],
+    work: Path,
+    out: Path,
+    paths: list[Path],
+    *,
+    workers: int,
+    say: Callable[[str], None],
+) -> tuple[Comparison, int]:
+    """Step 4: the four ways to train on the uploaded images, drawn as compare.png; and the
+    packed copy checked against the originals (the images checked)."""
+    say("[4/6] four ways to train on them, each to its first batch and one epoch:")
+    comparison = compare_methods(
+        _IMAGES_URL,
+        pack_to=_PACKED_URL,
+        storage_options=options,
+        config=CompareConfig(
+            limit=len(paths),
+            batch_size=DOCTOR_BATCH,
+            download_workers=workers,
+            sequential_limit=SEQUENTIAL_SAMPLE,
+        ),
+        workdir=work,
+        keep_packed=True,
+        log=lambda line: say(f"      {line}"),
+    )
+    save_png(render_comparison(comparison), out / "compare.png")
+    verified = _check_packed(_PACKED_URL, options, paths)
+    say(
+        f"      verified: all {verified} images in the packed dataset match "
+        "their originals byte for byte (MD5)"
+    )
+    return comparison, verified
+
+
+def _doctor(options: dict[str, Any], out: Path, say: Callable[[str], None]) -> Diagnosis:
+    """Step 5: the doctor's run on the packed copy, drawn as doctor.png and traced."""
+    with Loader(
+        _PACKED_URL,
+        batch_size=DOCTOR_BATCH,
+        transform=RandomResizedCrop(224, flip=True),
+        storage_options=options,
+    ) as loader:
+        diagnosis = diagnose(loader, step_s=DOCTOR_STEP_S, seconds=DOCTOR_SECONDS, advice_for="cli")
+    save_png(render_doctor(diagnosis), out / "doctor.png")
+    write_chrome_trace(diagnosis.events, out / "trace.json", origin_s=diagnosis.origin_s)
+    say(
+        f"[5/6] doctor, streaming the packed copy at a {DOCTOR_STEP_S * 1000:g} ms "
+        f"step: {diagnosis.summary()}"
+    )
+    return diagnosis
+
+
+def _sample_grid(options: dict[str, Any], out: Path) -> None:
+    """What the model sees: nine samples of one training batch, as mixed as it."""
+    with Loader(
+        _PACKED_URL,
+        batch_size=DOCTOR_BATCH,
+        transform=RandomResizedCrop(160, flip=True),
+        storage_options=options,
+    ) as loader:
+        save_sample_grid(loader, out / "grid.png")
+
+
+def _print_results(
+    comparison: Comparison, diagnosis: Diagnosis, say: Callable[[str], None]
+) -> None:
+    for table in (format_comparison(comparison), format_diagnosis(diagnosis)):
+        say("")
+        for line in table.splitlines():
+            say(line)
+
+
+def _say_summary(
+    rows: dict[str, CompareRow],
+    *,
+    files: int,
+    seconds: float,
+    out: Path,
+    say: Callable[[str], None],
+) -> None:
+    say("")
+    say(
+        f"Packed, the {files} images stream with {rows['(d)'].requests_per_epoch:,} GETs per "
+        f"epoch instead of {rows['(c)'].requests_per_epoch:,} (one per file), and the first "
+        f"batch comes {rows['(a)'].first_batch_s / max(rows['(d)'].first_batch_s, 1e-9):.0f}x "
+        f"sooner than after a one-by-one download. Total demo time {seconds:.1f} s."
+    )
+    say(f"Open {out / 'trace.json'} in ui.perfetto.dev to see every stage on every thread.")
