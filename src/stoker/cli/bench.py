@@ -4,6 +4,7 @@ with --compare the four ways to train on a folder of small images."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -130,75 +131,124 @@ def bench_command(
 
     The proxy listens on a free port of 127.0.0.1, or on --port (or STOKER_BENCH_PORT).
     """
+    _check_flags(ctx)
+    run = _Run(
+        url=url,
+        batches=batches,
+        seed=seed,
+        prefetch=prefetch,
+        block_size=block_size,
+        cache_dir=cache_dir,
+        as_json=as_json,
+    )
+    if seq_len is not None:
+        _bench_tokens(ctx, run, seq_len=seq_len, batch_size=batch_size or TOKEN_BATCH)
+    elif compare:
+        _bench_compare(ctx, run, batch_size=batch_size or IMAGE_BATCH)
+    else:
+        _bench_images(
+            ctx,
+            run,
+            batch_size=batch_size or IMAGE_BATCH,
+            transform_kind=transform_kind,
+            size=size,
+            threads=threads,
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Run:
+    """What the Loader's and the TokenLoader's benches both take."""
+
+    url: str
+    batches: int | None
+    seed: int
+    prefetch: int | None
+    block_size: int | None
+    cache_dir: str | None
+    as_json: bool
+
+
+def _check_flags(ctx: click.Context) -> None:
+    """Refuse options that the mode (--seq-len, --compare, or the Loader's) does not take."""
+    given = ctx.params
+    seq_len, compare, rtt_ms = given["seq_len"], given["compare"], given["rtt_ms"]
     if ctx.get_parameter_source("port") is ParameterSource.COMMANDLINE and rtt_ms is None:
         raise click.UsageError("--port is where the --rtt-ms proxy listens: give --rtt-ms too")
     if seq_len is not None:
-        if compare or rtt_ms is not None or threads is not None:
+        if compare or rtt_ms is not None or given["threads"] is not None:
             raise click.UsageError("--seq-len takes no --compare, --rtt-ms or --threads")
         for name in ("size", "transform_kind"):
             if ctx.get_parameter_source(name) is not ParameterSource.DEFAULT:
                 raise click.UsageError("--seq-len takes no --size or --transform: tokens")
-        _bench_tokens(
-            ctx,
-            url,
-            seq_len=seq_len,
-            batch_size=batch_size or TOKEN_BATCH,
-            batches=batches,
-            seed=seed,
-            prefetch=prefetch,
-            block_size=block_size,
-            cache_dir=cache_dir,
-            as_json=as_json,
-        )
-        return
-    batch_size = batch_size or IMAGE_BATCH
-    if compare:
-        fixed = (batches, cache_dir, prefetch, block_size)
-        if any(v is not None for v in fixed) or transform_kind != "random-resized-crop":
+    elif compare:
+        fixed = (given[name] for name in ("batches", "cache_dir", "prefetch", "block_size"))
+        if any(v is not None for v in fixed) or given["transform_kind"] != "random-resized-crop":
             raise click.UsageError(
                 "--compare takes no --batches, --cache-dir, --prefetch, --block-size or --transform"
             )
-        from stoker.profile.compare import CompareConfig
-
-        config = CompareConfig(
-            limit=limit, batch_size=batch_size, size=size, threads=threads, seed=seed
-        )
-        run_compare(
-            ctx,
-            url,
-            config,
-            pack_to=pack_to,
-            keep_packed=keep_packed,
-            out=out,
-            as_json=as_json,
-            rtt_ms=rtt_ms,
-            port=port,
-        )
-        return
-    if rtt_ms is not None:
+    elif rtt_ms is not None:
         raise click.UsageError("--rtt-ms goes with --compare")
+
+
+def _bench_compare(ctx: click.Context, run: _Run, *, batch_size: int) -> None:
+    """``bench --compare``: the four ways to train on a folder of small images, with the
+    options only it takes."""
+    from stoker.profile.compare import CompareConfig
+
+    given = ctx.params
+    config = CompareConfig(
+        limit=given["limit"],
+        batch_size=batch_size,
+        size=given["size"],
+        threads=given["threads"],
+        seed=run.seed,
+    )
+    run_compare(
+        ctx,
+        run.url,
+        config,
+        pack_to=given["pack_to"],
+        keep_packed=given["keep_packed"],
+        out=given["out"],
+        as_json=run.as_json,
+        rtt_ms=given["rtt_ms"],
+        port=given["port"],
+    )
+
+
+def _bench_images(
+    ctx: click.Context,
+    run: _Run,
+    *,
+    batch_size: int,
+    transform_kind: str,
+    size: int,
+    threads: int | None,
+) -> None:
+    """``bench``: the Loader over a packed dataset or an image folder, and its shuffle."""
     from stoker.pipeline.quality import shuffle_quality
     from stoker.profile.bench import bench_loader
 
     try:
         opened = open_loader(
             ctx,
-            url,
+            run.url,
             batch_size=batch_size,
-            seed=seed,
+            seed=run.seed,
             transform_kind=transform_kind,
             size=size,
             threads=threads,
-            prefetch=prefetch,
-            block_size=block_size,
-            cache_dir=cache_dir,
+            prefetch=run.prefetch,
+            block_size=run.block_size,
+            cache_dir=run.cache_dir,
         )
     except ValueError as exc:
         if "is a token dataset" in str(exc):
             raise click.UsageError(f"{exc}; to bench it, give --seq-len") from exc
         raise
     with opened as loader:
-        result = bench_loader(loader, max_batches=batches)
+        result = bench_loader(loader, max_batches=run.batches)
         shard_sizes, order = _order_model(loader)
         quality = shuffle_quality(shard_sizes, config=order, batch_size=batch_size)
     # One count of GETs: the run's (the order's model counts blocks, and reads merge
@@ -206,7 +256,7 @@ def bench_command(
     shuffle = quality.to_dict()
     shuffle.pop("requests_per_epoch")
     shuffle.pop("requests_per_sample")
-    if as_json:
+    if run.as_json:
         click.echo(json.dumps({**result.to_dict(), "shuffle": shuffle}, indent=2))
         return
     click.echo(
@@ -227,19 +277,7 @@ def bench_command(
     )
 
 
-def _bench_tokens(
-    ctx: click.Context,
-    url: str,
-    *,
-    seq_len: int,
-    batch_size: int,
-    batches: int | None,
-    seed: int,
-    prefetch: int | None,
-    block_size: int | None,
-    cache_dir: str | None,
-    as_json: bool,
-) -> None:
+def _bench_tokens(ctx: click.Context, run: _Run, *, seq_len: int, batch_size: int) -> None:
     """``bench --seq-len``: the TokenLoader over a token dataset."""
     from stoker.pipeline.config import CacheConfig
     from stoker.pipeline.order import OrderConfig
@@ -247,18 +285,18 @@ def _bench_tokens(
     from stoker.profile.token_bench import bench_tokens, format_token_bench
 
     loader = TokenLoader(
-        url,
+        run.url,
         seq_len=seq_len,
         batch_size=batch_size,
-        seed=seed,
-        order=OrderConfig(block_size=block_size) if block_size is not None else None,
-        prefetch=prefetch or "auto",
-        cache=CacheConfig(dir=cache_dir),
+        seed=run.seed,
+        order=OrderConfig(block_size=run.block_size) if run.block_size is not None else None,
+        prefetch=run.prefetch or "auto",
+        cache=CacheConfig(dir=run.cache_dir),
         storage_options=_storage(ctx),
     )
     with loader:  # ``as`` would give the Loader type, and bench_tokens takes a TokenLoader
-        result = bench_tokens(loader, max_batches=batches)
-    if as_json:
+        result = bench_tokens(loader, max_batches=run.batches)
+    if run.as_json:
         click.echo(json.dumps(result.to_dict(), indent=2))
         return
     click.echo(format_token_bench(result))
