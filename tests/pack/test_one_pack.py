@@ -156,3 +156,27 @@ def test_both_packs_report_progress_with_one_signature_and_one_report_type(
         assert sum(samples for _, samples, _ in seen) == report.samples
         assert {total for total, _, _ in seen} == {report.samples}
         assert sum(nbytes for _, _, nbytes in seen) > 0
+
+
+def test_pack_packs_tokens_given_a_token_config_and_refuses_mixed_arguments(
+    tmp_path: Path,
+) -> None:
+    _documents(tmp_path / "docs")
+    write_image_folder(tmp_path / "images", files=4, classes=2)
+    report = pack(tmp_path / "docs", tmp_path / "ds", config=TOKEN_CONFIG)
+    assert report.tokens is not None
+    assert report.samples == 30
+    assert np.array_equal(
+        _stream(tmp_path / "ds")[0],
+        _stream_of(pack_tokens(tmp_path / "docs", tmp_path / "again", config=TOKEN_CONFIG)),
+    )
+    with pytest.raises(ValueError, match="apply to a pack of samples"):
+        pack(tmp_path / "docs", tmp_path / "x", config=TOKEN_CONFIG, class_names=["a"])
+    with pytest.raises(ValueError, match="apply to a pack of samples"):
+        pack(tmp_path / "images", tmp_path / "y", tokenizer=lambda text: [1])
+    assert not (tmp_path / "x").exists()
+    assert not (tmp_path / "y").exists()
+
+
+def _stream_of(report: Any) -> np.ndarray:
+    return _stream(Path(report.destination))[0]

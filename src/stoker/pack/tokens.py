@@ -36,7 +36,7 @@ from stoker.format.token_writer import (
 )
 from stoker.format.tokens import TOKEN_LIMITS, token_dtype
 from stoker.format.writer import SampleRecord, ShardRecord
-from stoker.pack.packer import DEFAULT_SHARD_BYTES
+from stoker.pack.config import DEFAULT_SHARD_BYTES
 from stoker.pack.plan import PackPlan, plan_ids
 from stoker.pack.report import PackProgress, PackReport, TokenStats
 from stoker.pack.resume import check_shards_present, refuse_foreign, resume_state
