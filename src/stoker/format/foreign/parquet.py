@@ -8,10 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
-import re
-import threading
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from stoker.core.units import format_bytes
@@ -24,22 +21,17 @@ from stoker.format.foreign.columns import (
     plan_columns,
     row_members,
 )
-from stoker.format.foreign.locations import LocationReader, ObjectFile, is_remote
+from stoker.format.foreign.locations import LocationReader
+from stoker.format.foreign.parquet_files import PARQUET_SUFFIX, ParquetFiles
 from stoker.format.foreign.parquet_labels import (
     check_rows,
     class_index,
     numbered,
 )
 from stoker.format.foreign.rowgroups import DEFAULT_CACHE_BYTES, RowGroupCache
-from stoker.format.foreign.walk import hidden, say_left_out, walk_local
-from stoker.storage import StorageOptions, parse_url
-from stoker.storage.base import key_problem
+from stoker.storage import StorageOptions
 
 logger = logging.getLogger(__name__)
-
-PARQUET_SUFFIX = ".parquet"
-# A split named in a Hugging Face file or folder name: train-00000-of-00002, test/0000.
-_SPLIT = re.compile(r"(?:^|/)(train|test|validation|valid|val|dev)(?=[-_/.]|$)")
 
 
 class ParquetReader:
@@ -109,27 +101,20 @@ class ParquetReader:
         self._locations = LocationReader(storage_options)
         self._given_names = tuple(class_names) if class_names else None
         self._cache_bytes = cache_bytes
-        #: location -> (store root URL, key, size) of each file in a bucket.
-        self._objects: dict[str, tuple[str, str, int]] = {}
-        self._files: list[tuple[str, str]] | None = None  # (location, relative name)
+        self._parquet = ParquetFiles(self._location, self._locations)
         self._rules: list[ColumnRule] | None = None
         self._names: tuple[str, ...] = ()
         self._label_index: dict[str, int] | None = None  # for a column of string labels
         self._counts = ""
-        self._handles: dict[str, tuple[Any, threading.Lock]] = {}
-        self._handles_lock = threading.Lock()
         self._cache = RowGroupCache(cache_bytes)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        for name in ("_handles", "_handles_lock", "_cache"):
-            state.pop(name, None)
+        state.pop("_cache")
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)  # open files and decoded row groups stay behind
-        self._handles = {}
-        self._handles_lock = threading.Lock()
+        self.__dict__.update(state)  # decoded row groups stay behind
         self._cache = RowGroupCache(self._cache_bytes)
 
     @property
@@ -163,7 +148,7 @@ class ParquetReader:
         Raises:
             SourceError: There are none, or a bucket key no request can name.
         """
-        return [location for location, _ in self._listed()]
+        return [location for location, _ in self._parquet.listed()]
 
     def refs(self) -> list[SampleRef]:
         """One reference per row, file by file, in row order.
@@ -173,13 +158,13 @@ class ParquetReader:
                 files differ in schema, two files give one key, a label is below -1 or a
                 class name is none of those given, or there are no rows.
         """
-        files = self._listed()
+        files = self._parquet.listed()
         self._column_rules()
         first = files[0][0]
-        schema = self._open(first)[0].schema_arrow
+        schema = self._parquet.open(first)[0].schema_arrow
         stems: dict[str, str] = {}
         for location, name in files:
-            parquet = self._open(location)[0]
+            parquet = self._parquet.open(location)[0]
             if not parquet.schema_arrow.equals(schema, check_metadata=False):
                 raise SourceError(
                     f"{location}: its columns differ from {first}'s: "
@@ -189,14 +174,14 @@ class ParquetReader:
             if stem in stems:
                 raise SourceError(f"{location} and {stems[stem]} give the same keys ({stem}_...)")
             stems[stem] = location
-            check_rows(location, self._size(location), parquet.metadata)
+            check_rows(location, self._parquet.size(location), parquet.metadata)
         refs: list[SampleRef] = []
         decoded_bytes = groups = 0
         columns = self._class_columns()
         for (location, _), stem in zip(files, stems, strict=True):
             column = columns.pop(location) if location in columns else self._label_column(location)
             labels = self._numbered_labels(location, column)
-            metadata = self._open(location)[0].metadata
+            metadata = self._parquet.open(location)[0].metadata
             row = 0
             for group in range(metadata.num_row_groups):
                 info = metadata.row_group(group)
@@ -248,19 +233,10 @@ class ParquetReader:
             raise SourceError(f"{where}: every column is null")
         return Sample(ref.key, members, int(members["cls"]) if "cls" in members else -1)
 
-    def _listed(self) -> list[tuple[str, str]]:
-        if self._files is None:
-            found = self._list_remote() if is_remote(self._location) else self._list_local()
-            if not found:
-                raise SourceError(f"{self._location}: no {PARQUET_SUFFIX} files found")
-            _warn_of_splits(self._location, [name for _, name in found])
-            self._files = found
-        return self._files
-
     def _column_rules(self) -> list[ColumnRule]:
         if self._rules is None:
             first = self.files()[0]
-            schema = self._open(first)[0].schema_arrow
+            schema = self._parquet.open(first)[0].schema_arrow
             rules = plan_columns(schema, where=first)
             if not rules:
                 raise SourceError(f"{first}: the file has no columns")
@@ -270,7 +246,7 @@ class ParquetReader:
 
     def _row_group(self, location: str, group: int) -> list[Any]:
         def load() -> tuple[list[Any], int]:
-            parquet, lock = self._open(location)
+            parquet, lock = self._parquet.open(location)
             if group >= parquet.metadata.num_row_groups:
                 return [], 0
             with lock:
@@ -292,7 +268,7 @@ class ParquetReader:
         rule = next((r for r in self._column_rules() if r.kind in ("label", "label_name")), None)
         if rule is None:
             return None
-        parquet, lock = self._open(location)
+        parquet, lock = self._parquet.open(location)
         with lock:
             try:
                 table = parquet.read(columns=[rule.column])
@@ -337,76 +313,6 @@ class ParquetReader:
         index = self._class_index() if self._string_labels() else None
         return numbered(location, column[0], column[1], index)
 
-    def _size(self, location: str) -> int:
-        if location in self._objects:
-            return self._objects[location][2]
-        return Path(location.removeprefix("file://")).stat().st_size
-
-    def _open(self, location: str) -> tuple[Any, threading.Lock]:
-        with self._handles_lock:
-            found = self._handles.get(location)
-            if found is not None:
-                return found
-            pa = import_pyarrow()
-            source: Any = location.removeprefix("file://")
-            if location in self._objects:
-                root, key, size = self._objects[location]
-                source = ObjectFile(self._locations.store_at(root), key, size)
-            try:
-                parquet = pa.parquet.ParquetFile(source)
-            except (OSError, ValueError, pa.ArrowException) as exc:
-                raise SourceError(f"{location}: cannot read as Parquet: {exc}") from exc
-            found = self._handles[location] = (parquet, threading.Lock())
-            return found
-
-    def _list_local(self) -> list[tuple[str, str]]:
-        root = Path(self._location.removeprefix("file://"))
-        if root.is_file():
-            return [(str(root), root.name)]
-        if not root.is_dir():
-            raise SourceError(f"{root}: no such file or directory")
-        left_out: list[str] = []
-        found = [
-            (str(path), relative)
-            for path, relative in walk_local(root, left_out)
-            if relative.lower().endswith(PARQUET_SUFFIX)
-        ]
-        say_left_out(logger, str(root), left_out)
-        return sorted(found, key=lambda item: item[1])
-
-    def _list_remote(self) -> list[tuple[str, str]]:
-        if self._location.lower().endswith(PARQUET_SUFFIX):
-            store, key = self._locations.store_for(self._location)
-            try:
-                size = store.head(key).size
-            except FileNotFoundError:
-                pass  # a folder named like a file, as Spark writes them
-            else:
-                url = parse_url(self._location)
-                root = f"{url.scheme}://{url.bucket}"
-                self._objects[self._location] = (root, key, size)
-                return [(self._location, key.rsplit("/", 1)[-1])]
-        store = self._locations.store_at(self._location)
-        found: list[tuple[str, str]] = []
-        left_out: list[str] = []
-        for meta in store.list(""):  # keys relative to the folder, as listed
-            if hidden(meta.key):
-                left_out.append(meta.key)
-                continue
-            if not meta.key.lower().endswith(PARQUET_SUFFIX):
-                continue
-            problem = key_problem(meta.key)
-            if problem is not None:
-                raise SourceError(
-                    f"{self._location}: unusable key {meta.key!r} ({problem}): no request "
-                    "can name it"
-                )
-            location = f"{self._location}/{meta.key}"
-            self._objects[location] = (self._location, meta.key, meta.size)
-            found.append((location, meta.key))
-        say_left_out(logger, self._location, left_out)
-        return sorted(found, key=lambda item: item[1])
-
 
 def _class_label_names(schema: Any, rules: list[ColumnRule]) -> tuple[str, ...]:
     # Hugging Face datasets keep a ClassLabel's names in the schema's "huggingface" metadata.
@@ -428,14 +334,3 @@ def _class_label_names(schema: Any, rules: list[ColumnRule]) -> tuple[str, ...]:
 
 def _schema_text(schema: Any) -> str:
     return "{" + ", ".join(f"{f.name}: {f.type}" for f in schema) + "}"
-
-
-def _warn_of_splits(location: str, names: list[str]) -> None:
-    splits = sorted({m.group(1) for name in names if (m := _SPLIT.search(name.lower()))})
-    if len(splits) > 1:
-        logger.warning(
-            "%s holds the splits %s: they are read together into one dataset (each key "
-            "names its file); give one split's file or folder to pack it alone",
-            location,
-            ", ".join(splits),
-        )

@@ -1,0 +1,159 @@
+"""The Parquet files of an input: listed once (a file, or a folder or bucket prefix of
+them, under the one rule for hidden names), each opened once per process (its footer
+read once) and kept, locally by pyarrow, in a bucket through ranged reads of the store
+(never through a URL made from a listed key). Every Parquet reader opens files here."""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from pathlib import Path
+from typing import Any
+
+from stoker.errors import SourceError
+from stoker.format.foreign.columns import import_pyarrow
+from stoker.format.foreign.locations import LocationReader, ObjectFile, is_remote
+from stoker.format.foreign.walk import hidden, say_left_out, walk_local
+from stoker.storage import Store, open_store, parse_url
+from stoker.storage.base import key_problem
+
+logger = logging.getLogger(__name__)
+
+PARQUET_SUFFIX = ".parquet"
+# A split named in a Hugging Face file or folder name: train-00000-of-00002, test/0000.
+_SPLIT = re.compile(r"(?:^|/)(train|test|validation|valid|val|dev)(?=[-_/.]|$)")
+
+
+class ParquetFiles:
+    """The Parquet files at ``location``, listed and opened once.
+
+    Args:
+        location: A ``.parquet`` file or object, or a folder or bucket prefix of them.
+        locations: The reader of the stores objects are read through (its counters count
+            the requests).
+    """
+
+    def __init__(self, location: str, locations: LocationReader) -> None:
+        self._location = location.rstrip("/")
+        self._locations = locations
+        #: location -> (store root URL, key, size) of each file in a bucket.
+        self._objects: dict[str, tuple[str, str, int]] = {}
+        self._found: list[tuple[str, str]] | None = None  # (location, relative name)
+        self._handles: dict[str, tuple[Any, threading.Lock]] = {}
+        self._handles_lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("_handles")
+        state.pop("_handles_lock")
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)  # open files stay behind
+        self._handles = {}
+        self._handles_lock = threading.Lock()
+
+    @property
+    def location(self) -> str:
+        """The file, folder or prefix read."""
+        return self._location
+
+    def store(self) -> Store:
+        """The store the files are read through: a bucket's (its counters count every
+        request), or one rooted at a local folder (local files are read by pyarrow)."""
+        if is_remote(self._location):
+            self.listed()
+            root = next(iter(self._objects.values()))[0] if self._objects else self._location
+            return self._locations.store_at(root)
+        return open_store(self._location, storage_options=None)
+
+    def listed(self) -> list[tuple[str, str]]:
+        if self._found is None:
+            found = self._list_remote() if is_remote(self._location) else self._list_local()
+            if not found:
+                raise SourceError(f"{self._location}: no {PARQUET_SUFFIX} files found")
+            _warn_of_splits(self._location, [name for _, name in found])
+            self._found = found
+        return self._found
+
+    def size(self, location: str) -> int:
+        if location in self._objects:
+            return self._objects[location][2]
+        return Path(location.removeprefix("file://")).stat().st_size
+
+    def open(self, location: str) -> tuple[Any, threading.Lock]:
+        with self._handles_lock:
+            found = self._handles.get(location)
+            if found is not None:
+                return found
+            pa = import_pyarrow()
+            source: Any = location.removeprefix("file://")
+            if location in self._objects:
+                root, key, size = self._objects[location]
+                source = ObjectFile(self._locations.store_at(root), key, size)
+            try:
+                parquet = pa.parquet.ParquetFile(source)
+            except (OSError, ValueError, pa.ArrowException) as exc:
+                raise SourceError(f"{location}: cannot read as Parquet: {exc}") from exc
+            found = self._handles[location] = (parquet, threading.Lock())
+            return found
+
+    def _list_local(self) -> list[tuple[str, str]]:
+        root = Path(self._location.removeprefix("file://"))
+        if root.is_file():
+            return [(str(root), root.name)]
+        if not root.is_dir():
+            raise SourceError(f"{root}: no such file or directory")
+        left_out: list[str] = []
+        found = [
+            (str(path), relative)
+            for path, relative in walk_local(root, left_out)
+            if relative.lower().endswith(PARQUET_SUFFIX)
+        ]
+        say_left_out(logger, str(root), left_out)
+        return sorted(found, key=lambda item: item[1])
+
+    def _list_remote(self) -> list[tuple[str, str]]:
+        if self._location.lower().endswith(PARQUET_SUFFIX):
+            store, key = self._locations.store_for(self._location)
+            try:
+                size = store.head(key).size
+            except FileNotFoundError:
+                pass  # a folder named like a file, as Spark writes them
+            else:
+                url = parse_url(self._location)
+                root = f"{url.scheme}://{url.bucket}"
+                self._objects[self._location] = (root, key, size)
+                return [(self._location, key.rsplit("/", 1)[-1])]
+        store = self._locations.store_at(self._location)
+        found: list[tuple[str, str]] = []
+        left_out: list[str] = []
+        for meta in store.list(""):  # keys relative to the folder, as listed
+            if hidden(meta.key):
+                left_out.append(meta.key)
+                continue
+            if not meta.key.lower().endswith(PARQUET_SUFFIX):
+                continue
+            problem = key_problem(meta.key)
+            if problem is not None:
+                raise SourceError(
+                    f"{self._location}: unusable key {meta.key!r} ({problem}): no request "
+                    "can name it"
+                )
+            location = f"{self._location}/{meta.key}"
+            self._objects[location] = (self._location, meta.key, meta.size)
+            found.append((location, meta.key))
+        say_left_out(logger, self._location, left_out)
+        return sorted(found, key=lambda item: item[1])
+
+
+def _warn_of_splits(location: str, names: list[str]) -> None:
+    splits = sorted({m.group(1) for name in names if (m := _SPLIT.search(name.lower()))})
+    if len(splits) > 1:
+        logger.warning(
+            "%s holds the splits %s: they are read together into one dataset (each key "
+            "names its file); give one split's file or folder to pack it alone",
+            location,
+            ", ".join(splits),
+        )
