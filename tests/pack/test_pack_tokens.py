@@ -368,3 +368,19 @@ def test_bucket_jsonl_in_small_chunks_parquet_and_concatenated_tokens(
     stream, keys, _ = _stream(f"{s3_bucket.url}/c-ds", storage_options=options)
     by_key = {f"cat_{n:08d}": d for n, d in enumerate(docs)}
     assert np.array_equal(stream, _expected(by_key, keys, None))
+
+
+def test_parquet_text_is_read_by_the_one_parquet_reader_and_a_broken_file_is_named(
+    tmp_path: Path,
+) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (tmp_path / "data").mkdir()
+    pq.write_table(pa.table({"text": ["ab", "cde"]}), tmp_path / "data" / "a.parquet")
+    (tmp_path / "data" / "_SUCCESS").write_bytes(b"")  # Spark's marker: hidden, not read
+    report = pack_tokens(tmp_path / "data", tmp_path / "ds", tokenizer=_bytes_tokenizer)
+    assert report.samples == 2
+    (tmp_path / "data" / "b.parquet").write_bytes(b"PAR1 cut short")
+    with pytest.raises(SourceError, match=r"b\.parquet: cannot read as Parquet"):
+        pack_tokens(tmp_path / "data", tmp_path / "ds2", tokenizer=_bytes_tokenizer)

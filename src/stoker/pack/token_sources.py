@@ -35,7 +35,8 @@ import numpy as np
 
 from stoker.errors import SourceError
 from stoker.format.foreign.columns import import_pyarrow
-from stoker.format.foreign.locations import LocationReader, ObjectFile, is_remote
+from stoker.format.foreign.locations import LocationReader, is_remote
+from stoker.format.foreign.parquet_files import ParquetFiles
 from stoker.format.foreign.walk import hidden, say_left_out, walk_local
 from stoker.format.records import decode_npy, read_npy_header
 from stoker.format.spec import ARRAYS_NAME, MANIFEST_NAME, check_key
@@ -387,16 +388,10 @@ def read_parquet(
         ValueError: A file without that column, or with one that is not text.
     """
     pa = import_pyarrow()
+    listed = [(f.location, f.relative, f.size) for f in files]
+    parquet_files = ParquetFiles.of(files[0].location if files else "", listed, reader)
     for f in files:
-        if is_remote(f.location):
-            store, key = reader.store_for(f.location)
-            handle: Any = ObjectFile(store, key, f.size)
-        else:
-            handle = f.location.removeprefix("file://")
-        try:
-            parquet = pa.parquet.ParquetFile(handle)
-        except (OSError, pa.ArrowException) as exc:
-            raise SourceError(f"{f.location}: not a Parquet file: {exc}") from exc
+        parquet, _ = parquet_files.open(f.location)
         schema = parquet.schema_arrow
         if text_field not in schema.names:
             raise ValueError(

@@ -54,6 +54,19 @@ class ParquetFiles:
         self._handles = {}
         self._handles_lock = threading.Lock()
 
+    @classmethod
+    def of(
+        cls, location: str, files: list[tuple[str, str, int]], locations: LocationReader
+    ) -> ParquetFiles:
+        """The Parquet files another listing found under ``location`` (each ``(location,
+        path under it, size)``), kept as listed: none is listed again."""
+        found = cls(location, locations)
+        found._found = [(at, relative) for at, relative, _ in files]
+        for at, relative, size in files:
+            if is_remote(at):
+                found._objects[at] = (at.removesuffix(relative).rstrip("/"), relative, size)
+        return found
+
     @property
     def location(self) -> str:
         """The file, folder or prefix read."""
