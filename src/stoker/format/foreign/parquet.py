@@ -29,7 +29,7 @@ from stoker.format.foreign.parquet_labels import (
     numbered,
 )
 from stoker.format.foreign.rowgroups import DEFAULT_CACHE_BYTES, RowGroupCache
-from stoker.storage import StorageOptions
+from stoker.storage import StorageOptions, Store
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +83,8 @@ class ParquetReader:
         storage_options: Options for the stores opened for object URLs.
         class_names: Class names indexed by label, if known.
         cache_bytes: Decoded row groups held per process.
+        columns: Read only these columns (each row group's chunks of the others are never
+            fetched); None reads every column.
 
     Raises:
         ImportError: pyarrow is not installed (``pip install 'stoker[parquet]'``).
@@ -95,8 +97,10 @@ class ParquetReader:
         storage_options: Mapping[str, Any] | StorageOptions | None = None,
         class_names: Sequence[str] | None = None,
         cache_bytes: int = DEFAULT_CACHE_BYTES,
+        columns: Sequence[str] | None = None,
     ) -> None:
         import_pyarrow()
+        self._columns = tuple(columns) if columns is not None else None
         self._location = location.rstrip("/")
         self._locations = LocationReader(storage_options)
         self._given_names = tuple(class_names) if class_names else None
@@ -116,6 +120,11 @@ class ParquetReader:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)  # decoded row groups stay behind
         self._cache = RowGroupCache(self._cache_bytes)
+
+    @property
+    def location(self) -> str:
+        """The file, folder or prefix read."""
+        return self._location
 
     @property
     def description(self) -> str:
@@ -233,6 +242,23 @@ class ParquetReader:
             raise SourceError(f"{where}: every column is null")
         return Sample(ref.key, members, int(members["cls"]) if "cls" in members else -1)
 
+    def store(self) -> Store:
+        """The store the files are read through (see :meth:`ParquetFiles.store`)."""
+        return self._parquet.store()
+
+    def chunk_bytes(self, location: str, group: int) -> int:
+        """Bytes of row group ``group`` of ``location`` that a read of the chosen columns
+        fetches: their column chunks' compressed sizes, as the file's footer records them."""
+        chosen = [rule.column for rule in self._column_rules()]
+        metadata = self._parquet.open(location)[0].metadata.row_group(group)
+        total = 0
+        for i in range(metadata.num_columns):
+            chunk = metadata.column(i)
+            path = chunk.path_in_schema
+            if any(path == name or path.startswith(f"{name}.") for name in chosen):
+                total += chunk.total_compressed_size
+        return total
+
     def _column_rules(self) -> list[ColumnRule]:
         if self._rules is None:
             first = self.files()[0]
@@ -240,6 +266,17 @@ class ParquetReader:
             rules = plan_columns(schema, where=first)
             if not rules:
                 raise SourceError(f"{first}: the file has no columns")
+            if self._columns is not None:
+                missing = [name for name in self._columns if name not in schema.names]
+                if missing or not self._columns:
+                    raise SourceError(
+                        f"{first}: no column {missing[0]!r}; it has {schema.names[:20]}"
+                        if missing
+                        else f"{first}: columns=[] asks for no column"
+                    )
+                # Named as in the whole file (the first text column is txt, ...), so a
+                # selection gives the members a pack of the whole file gives.
+                rules = [rule for rule in rules if rule.column in self._columns]
             self._names = _class_label_names(schema, rules)
             self._rules = rules
         return self._rules
@@ -251,7 +288,8 @@ class ParquetReader:
                 return [], 0
             with lock:
                 try:
-                    table = parquet.read_row_group(group)
+                    columns = [rule.column for rule in self._column_rules()]
+                    table = parquet.read_row_group(group, columns=columns)
                 except (OSError, ValueError, import_pyarrow().ArrowException) as exc:
                     raise SourceError(f"{location}: cannot read row group {group}: {exc}") from exc
             arrays = [plain_array(table.column(i)) for i in range(table.num_columns)]
