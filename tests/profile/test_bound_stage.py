@@ -14,7 +14,8 @@ from stoker.core.metrics import Stage, StageTotals, TraceEvent
 from stoker.pipeline.loader import Loader
 from stoker.profile.advice import format_diagnosis
 from stoker.profile.diagnosis import Diagnosis
-from stoker.profile.doctor import _conclude, _Measured
+from stoker.profile.doctor import _conclude
+from stoker.profile.measure import Measured as _Measured
 from stoker.testing.images import write_image_folder
 
 WINDOW_S = 4.0

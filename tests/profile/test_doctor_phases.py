@@ -11,7 +11,7 @@ import pytest
 from stoker.core.metrics import Stage, StageTotals
 from stoker.pack.packer import pack
 from stoker.pipeline.loader import Loader
-from stoker.profile import doctor
+from stoker.profile import doctor, measure
 from stoker.profile.advice import format_diagnosis
 from stoker.testing.images import write_image_folder
 
@@ -31,7 +31,7 @@ def _measured(phases: dict[str, float], *, decode_s: float, epochs: int) -> Any:
         Stage.DECODE: StageTotals(decode_s, 10, 640),
         Stage.WAIT_DECODE: StageTotals(0.2, 10, 640),
     }
-    return doctor._Measured(
+    return measure.Measured(
         step_s=0.025,
         step="sleep",
         wait_s=0.2,
@@ -84,11 +84,11 @@ def test_waits_at_epoch_starts_on_idle_decoders_are_named_so(
 
 
 def test_phases_of_batches() -> None:
-    assert doctor._phase(1, 1, 1, 5) == "first_batch"
-    assert doctor._phase(2, 1, 2, 5) == "steady"  # the first epoch fills: not an epoch start
-    assert doctor._phase(40, 2, 1, 5) == "epoch_start"
-    assert doctor._phase(45, 2, 6, 5) == "steady"
-    assert doctor._phase(45, 2, 1, 0) == "steady"  # epochs of fewer than 4 batches
+    assert measure.phase(1, 1, 1, 5) == "first_batch"
+    assert measure.phase(2, 1, 2, 5) == "steady"  # the first epoch fills: not an epoch start
+    assert measure.phase(40, 2, 1, 5) == "epoch_start"
+    assert measure.phase(45, 2, 6, 5) == "steady"
+    assert measure.phase(45, 2, 1, 0) == "steady"  # epochs of fewer than 4 batches
 
 
 def test_the_summary_says_what_the_verdict_rests_on(

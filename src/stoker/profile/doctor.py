@@ -32,14 +32,15 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Generator, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import replace
 from typing import Literal
 
 from stoker.core.metrics import Stage, StageTotals, TraceEvent
 from stoker.pipeline.loader import Loader
 from stoker.profile.advice import AdviceFor, advise
 from stoker.profile.diagnosis import Bottleneck, Diagnosis
+from stoker.profile.measure import Measured, Tally, close_window, run_batches
 from stoker.storage.url import parse_url
 
 __all__ = [
@@ -72,17 +73,6 @@ STAGE_OF: dict[str, str] = {
     "collate": Stage.COLLATE,
     "consumer": Stage.CONSUMER_STEP,
 }
-
-
-def _simulate_step(step_s: float, step: str) -> None:
-    if step_s <= 0:
-        return
-    if step == "sleep":
-        time.sleep(step_s)
-        return
-    end = time.perf_counter() + step_s
-    while time.perf_counter() < end:
-        pass
 
 
 def _union_s(events: Sequence[TraceEvent], start: float, end: float) -> float:
@@ -141,118 +131,20 @@ def diagnose(
     if step not in ("sleep", "spin"):
         raise ValueError(f"step must be 'sleep' or 'spin', got {step!r}")
     loader.trace(max_events=max_events)
-    # An epoch's start: its first batches, at most a quarter of it (a short epoch is no
-    # more start than steady state).
-    start_batches = min(EPOCH_START_BATCHES, len(loader) // 4)
     origin = time.perf_counter()
-    first_batch_s = -1.0
-    window_start = origin
-    before = loader.stats() if warmup_batches == 0 else None
-    cpu_before = time.process_time()
-    seen = measured = samples = epochs = 0
-    wait_s = step_total_s = 0.0
-    phases = {"first_batch": 0.0, "epoch_start": 0.0, "steady": 0.0}
-    open_ended = max_batches is None and seconds is None
-    stopped = False
-    while not stopped:
-        iterator = iter(loader)
-        epochs += 1
-        delivered = 0
-        while True:
-            asked = time.perf_counter()
-            batch = next(iterator, None)
-            arrived = time.perf_counter()
-            if batch is None:
-                break
-            delivered += 1
-            seen += 1
-            if first_batch_s < 0:
-                first_batch_s = arrived - origin
-            if seen > warmup_batches:
-                measured += 1
-                samples += len(batch["index"])
-                wait_s += arrived - asked
-                phases[_phase(seen, epochs, delivered, start_batches)] += arrived - asked
-            elif seen == warmup_batches:
-                window_start = arrived
-                before = loader.stats()
-                cpu_before = time.process_time()
-            _simulate_step(step_s, step)
-            if before is not None:
-                step_total_s += time.perf_counter() - arrived
-            if (max_batches is not None and measured >= max_batches) or (
-                seconds is not None and time.perf_counter() - window_start >= seconds
-            ):
-                stopped = True
-                break
-        if not stopped and (open_ended or delivered == 0):
-            break
-    window_end = time.perf_counter()
-    cpu_s = time.process_time() - cpu_before
-    after = loader.stats()
-    events = tuple(loader.events())
-    if isinstance(iterator, Generator):
-        iterator.close()  # stop fetching ahead for batches nobody will take
-    if measured == 0 or before is None:
-        raise ValueError(
-            f"{loader.dataset.url}: no batches after the {warmup_batches} warm-up batches; "
-            "use a smaller batch size or fewer warm-up batches"
-        )
-    window = window_end - window_start
-    done = after.since(before)
-    stages, requests = done.stages, done.requests
-    return _conclude(
-        loader,
-        advice_for,
-        _Measured(
-            step_s=step_s,
-            step=step,
-            wait_s=wait_s,
-            step_total_s=step_total_s,
-            window_s=window,
-            cpu_s=cpu_s,
-            stages=stages,
-            requests=requests,
-            batches=measured,
-            samples=samples,
-            first_batch_s=max(first_batch_s, 0.0),
-            wait_phases=phases,
-            epochs=epochs,
-            origin_s=origin,
-            window_start_s=window_start,
-            events=events,
-        ),
+    tally = Tally(
+        warmup_batches=warmup_batches,
+        # An epoch's start: its first batches, at most a quarter of it (a short epoch is no
+        # more start than steady state).
+        start_batches=min(EPOCH_START_BATCHES, len(loader) // 4),
+        origin=origin,
+        window_start=origin,
+        before=loader.stats() if warmup_batches == 0 else None,
+        cpu_before=time.process_time(),
     )
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class _Measured:
-    step_s: float
-    step: str
-    wait_s: float
-    step_total_s: float
-    window_s: float
-    cpu_s: float
-    stages: dict[str, StageTotals]
-    requests: dict[str, int]
-    batches: int
-    samples: int
-    first_batch_s: float
-    wait_phases: dict[str, float]
-    epochs: int
-    origin_s: float
-    window_start_s: float
-    events: tuple[TraceEvent, ...]
-
-
-def _phase(seen: int, epochs: int, delivered: int, start_batches: int) -> str:
-    """Where batch ``delivered`` of the run's ``epochs``-th epoch (``seen``-th overall) falls,
-    when an epoch's first ``start_batches`` are its start."""
-    if seen == 1:
-        return "first_batch"
-    if epochs > 1 and delivered <= start_batches:
-        return "epoch_start"
-    return "steady"
+    iterator = run_batches(loader, tally, step_s=step_s, step=step, limits=(max_batches, seconds))
+    measured = close_window(loader, tally, iterator, step_s=step_s, step=step)
+    return _conclude(loader, advice_for, measured)
 
 
 def _saturation(bottleneck: Bottleneck, load: dict[str, float]) -> tuple[bool | None, str]:
@@ -305,7 +197,53 @@ def _request_rates(loader: Loader) -> dict[str, float]:
     return rates
 
 
-def _conclude(loader: Loader, advice_for: AdviceFor, m: _Measured) -> Diagnosis:
+def _load(loader: Loader, m: Measured, *, decoding_s: float) -> dict[str, float]:
+    """How busy each resource was over the window: the store (time with a request in flight,
+    and requests in flight on average), the decode threads (``decoding_s`` of decoding and
+    transforms), this process's CPU and the machine."""
+    window = max(m.window_s, 1e-9)
+    end = m.window_start_s + m.window_s
+    fetches = [e for e in m.events if e.stage == Stage.FETCH]
+    in_flight = sum(
+        min(e.start_s + e.seconds, end) - max(e.start_s, m.window_start_s)
+        for e in fetches
+        if e.start_s < end and e.start_s + e.seconds > m.window_start_s
+    )
+    cores = os.cpu_count() or 1
+    step_cpu = m.step_total_s if m.step == "spin" else 0.0
+    return {
+        "store": _union_s(fetches, m.window_start_s, end) / window,
+        "requests_in_flight": in_flight / window,
+        "decode_busy": decoding_s / window,
+        # Autotune may change the thread count while measuring: share of the final count.
+        "decode_threads": min(1.0, decoding_s / (loader.num_threads * window)),
+        "cpu": max(0.0, m.cpu_s - step_cpu) / (cores * window),
+        "machine": os.getloadavg()[0] / cores,
+    }
+
+
+def _verdict(
+    share: float, waits: dict[Bottleneck, float], load: dict[str, float], phases: dict[str, float]
+) -> tuple[Bottleneck, str, bool | None]:
+    """The bottleneck, the verdict in words, and whether the bottleneck was saturated."""
+    bottleneck: Bottleneck
+    saturated: bool | None = None
+    phase_total = sum(phases.values())
+    at_starts = phase_total > 0 and phases["epoch_start"] >= 0.5 * phase_total
+    if share < INPUT_BOUND_SHARE:
+        bottleneck = "consumer"
+        verdict = "compute-bound"
+    else:
+        bottleneck = _bound(waits, load)
+        saturated, busy = _saturation(bottleneck, load)
+        notes = ["at epoch starts"] if at_starts else []
+        if saturated is False:
+            notes.append(f"{busy}: not saturated")
+        verdict = f"input-bound: {bottleneck}" + (f" ({'; '.join(notes)})" if notes else "")
+    return bottleneck, verdict, saturated
+
+
+def _conclude(loader: Loader, advice_for: AdviceFor, m: Measured) -> Diagnosis:
     def seconds(stage: str) -> float:
         return m.stages.get(stage, StageTotals()).seconds
 
@@ -325,39 +263,8 @@ def _conclude(loader: Loader, advice_for: AdviceFor, m: _Measured) -> Diagnosis:
         k: v / total_wait if total_wait else 0.0 for k, v in waits.items()
     }
     wait_shares["other"] = max(0.0, 1.0 - sum(wait_shares.values()))
-    window = max(m.window_s, 1e-9)
-    end = m.window_start_s + m.window_s
-    fetches = [e for e in m.events if e.stage == Stage.FETCH]
-    in_flight = sum(
-        min(e.start_s + e.seconds, end) - max(e.start_s, m.window_start_s)
-        for e in fetches
-        if e.start_s < end and e.start_s + e.seconds > m.window_start_s
-    )
-    cores = os.cpu_count() or 1
-    step_cpu = m.step_total_s if m.step == "spin" else 0.0
-    load = {
-        "store": _union_s(fetches, m.window_start_s, end) / window,
-        "requests_in_flight": in_flight / window,
-        "decode_busy": (decode_s + transform_s) / window,
-        # Autotune may change the thread count while measuring: share of the final count.
-        "decode_threads": min(1.0, (decode_s + transform_s) / (loader.num_threads * window)),
-        "cpu": max(0.0, m.cpu_s - step_cpu) / (cores * window),
-        "machine": os.getloadavg()[0] / cores,
-    }
-    bottleneck: Bottleneck
-    saturated: bool | None = None
-    phase_total = sum(m.wait_phases.values())
-    at_starts = phase_total > 0 and m.wait_phases["epoch_start"] >= 0.5 * phase_total
-    if share < INPUT_BOUND_SHARE:
-        bottleneck = "consumer"
-        verdict = "compute-bound"
-    else:
-        bottleneck = _bound(waits, load)
-        saturated, busy = _saturation(bottleneck, load)
-        notes = ["at epoch starts"] if at_starts else []
-        if saturated is False:
-            notes.append(f"{busy}: not saturated")
-        verdict = f"input-bound: {bottleneck}" + (f" ({'; '.join(notes)})" if notes else "")
+    load = _load(loader, m, decoding_s=decode_s + transform_s)
+    bottleneck, verdict, saturated = _verdict(share, waits, load, m.wait_phases)
     diagnosis = Diagnosis(
         url=loader.dataset.url,
         verdict=verdict,
