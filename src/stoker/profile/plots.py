@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from PIL import Image, ImageDraw, ImageFont
 
 from stoker.core.metrics import Stage
-from stoker.profile.trace import place_events
+from stoker.profile.trace import PlacedEvent, place_events
 
 if TYPE_CHECKING:
     from stoker.profile.comparison import Comparison
@@ -125,6 +125,26 @@ def render_doctor(diagnosis: Diagnosis, *, width: int = 1400) -> Image.Image:
     draw = ImageDraw.Draw(image)
     margin, label_w = 20, 130
 
+    _doctor_header(draw, d, margin=margin)
+    y = _doctor_timeline(
+        draw,
+        d,
+        placed,
+        tracks,
+        row=row,
+        margin=margin,
+        left=margin + label_w,
+        right=width - margin,
+    )
+    y = _doctor_bars(draw, d, y, margin=margin, right=width - margin)
+    draw.text((margin, y + 4), "What to do:", fill=_INK, font=_font(14))
+    for n, line in enumerate(advice):
+        draw.text((margin + 100, y + 4 + 20 * n), line, fill=_INK, font=_font(13))
+    return image.crop((0, 0, width, y + 4 + 20 * max(len(advice), 1) + 16))
+
+
+def _doctor_header(draw: ImageDraw.ImageDraw, d: Diagnosis, *, margin: int) -> None:
+    """The verdict and what was measured, in three lines."""
     colour = _GOOD if d.bottleneck == "consumer" else _BAD
     draw.text((margin, 14), d.verdict.upper(), fill=colour, font=_font(28))
     draw.text(
@@ -143,10 +163,23 @@ def render_doctor(diagnosis: Diagnosis, *, width: int = 1400) -> Image.Image:
         font=_font(13),
     )
 
-    # Timeline.
+
+def _doctor_timeline(
+    draw: ImageDraw.ImageDraw,
+    d: Diagnosis,
+    placed: list[PlacedEvent],
+    tracks: list[str],
+    *,
+    row: int,
+    margin: int,
+    left: int,
+    right: int,
+) -> int:
+    """Every event on its track, from ``left`` (the track names before it) to ``right``,
+    the start of the measured window marked; returns the bottom of its legend."""
+    timeline_h = row * max(len(tracks), 1)
     top = 140
     draw.text((margin, top - 36), "Timeline (one row per track)", fill=_INK, font=_font(14))
-    left, right = margin + label_w, width - margin
     end_s = max((p.ts_us + p.dur_us for p in placed), default=1.0) / 1e6
     span = max(end_s, 1e-3)
     for n, track in enumerate(tracks):
@@ -177,8 +210,14 @@ def render_doctor(diagnosis: Diagnosis, *, width: int = 1400) -> Image.Image:
         [(name, c) for name, c in STAGE_COLOURS.items() if name in present],
         right - left,
     )
+    return y
 
-    # Bars.
+
+def _doctor_bars(
+    draw: ImageDraw.ImageDraw, d: Diagnosis, y: int, *, margin: int, right: int
+) -> int:
+    """Where the training loop's time went, where its wait went, and each resource's load;
+    returns the y below them."""
     y += 18
     bar_left = margin + 220
     waiting = d.input_bound_share
@@ -224,10 +263,7 @@ def render_doctor(diagnosis: Diagnosis, *, width: int = 1400) -> Image.Image:
             anchor="mm",
         )
     y += 44
-    draw.text((margin, y + 4), "What to do:", fill=_INK, font=_font(14))
-    for n, line in enumerate(advice):
-        draw.text((margin + 100, y + 4 + 20 * n), line, fill=_INK, font=_font(13))
-    return image.crop((0, 0, width, y + 4 + 20 * max(len(advice), 1) + 16))
+    return y
 
 
 def wrap_text(text: str, font: Font, width: float) -> list[str]:
