@@ -133,35 +133,12 @@ def read_dataset(
         FileNotFoundError: No packed dataset at ``source``.
         TypeError, ValueError: A setting out of range, as the Loader raises them.
     """
-    if batch_size is not None and (isinstance(batch_size, bool) or batch_size < 1):
-        raise ValueError(f"batch_size must be None or >= 1, got {batch_size!r}")
-    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
-        raise ValueError(f"epochs must be an int >= 1, got {epochs!r}")
-    if isinstance(groups_per_task, bool) or not isinstance(groups_per_task, int):
-        raise TypeError(f"groups_per_task must be an int, got {groups_per_task!r}")
-    if groups_per_task < 1:
-        raise ValueError(f"groups_per_task must be >= 1, got {groups_per_task}")
-    if read_num_cpus <= 0:
-        raise ValueError(f"read_num_cpus must be > 0, got {read_num_cpus}")
+    _check_arguments(batch_size, epochs, groups_per_task, read_num_cpus)
     decode = config_or_default("decode", decode, DecodeConfig)
     options = dict(storage_options or {})
     dataset = open_dataset(source, storage_options=options)
-    opened = DatasetSource(dataset)
-    settings = resolve_order(
-        order,
-        seed=seed,
-        units=opened.units(),
-        unit_bytes=opened.unit_bytes(),
-        shuffled=opened.shuffled(),
-    )
-    # Checked here, on the driver, so a transform for records without images fails now.
-    BatchAssembler.for_source(
-        opened,
-        BatcherSettings(
-            transform=transform, seed=settings.seed_value, decode=decode, stages=Stages(), threads=1
-        ),
-    ).close()
-    orders = {e: opened.epoch_order(settings, e) for e in range(epoch, epoch + epochs)}
+    epochs_held = range(epoch, epoch + epochs)
+    settings, orders = _plan(dataset, order, seed, epochs_held, transform, decode)
     datasource = StokerDatasource(dataset, orders, options, groups_per_task=groups_per_task)
     groups = sum(order.groups for order in orders.values())
     # As many blocks as read tasks: Ray otherwise splits each task's output to reach its own
@@ -183,6 +160,50 @@ def read_dataset(
     )
     ds.context.execution_options.preserve_order = True
     return ds
+
+
+def _check_arguments(
+    batch_size: int | None, epochs: int, groups_per_task: int, read_num_cpus: float
+) -> None:
+    if batch_size is not None and (isinstance(batch_size, bool) or batch_size < 1):
+        raise ValueError(f"batch_size must be None or >= 1, got {batch_size!r}")
+    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
+        raise ValueError(f"epochs must be an int >= 1, got {epochs!r}")
+    if isinstance(groups_per_task, bool) or not isinstance(groups_per_task, int):
+        raise TypeError(f"groups_per_task must be an int, got {groups_per_task!r}")
+    if groups_per_task < 1:
+        raise ValueError(f"groups_per_task must be >= 1, got {groups_per_task}")
+    if read_num_cpus <= 0:
+        raise ValueError(f"read_num_cpus must be > 0, got {read_num_cpus}")
+
+
+def _plan(
+    dataset: ShardDataset,
+    order: OrderConfig | None,
+    seed: int,
+    epochs: range,
+    transform: Any,
+    decode: DecodeConfig,
+) -> tuple[OrderConfig, dict[int, EpochOrder]]:
+    """The order settings, resolved as the Loader resolves them, and each epoch's order;
+    ``transform`` is checked against the records on the way."""
+    opened = DatasetSource(dataset)
+    settings = resolve_order(
+        order,
+        seed=seed,
+        units=opened.units(),
+        unit_bytes=opened.unit_bytes(),
+        shuffled=opened.shuffled(),
+    )
+    # Checked here, on the driver, so a transform for records without images fails now.
+    BatchAssembler.for_source(
+        opened,
+        BatcherSettings(
+            transform=transform, seed=settings.seed_value, decode=decode, stages=Stages(), threads=1
+        ),
+    ).close()
+    orders = {e: opened.epoch_order(settings, e) for e in epochs}
+    return settings, orders
 
 
 class StokerDatasource(Datasource):
