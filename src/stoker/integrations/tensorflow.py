@@ -44,7 +44,7 @@ import tensorflow as tf
 
 from stoker.errors import BucketNotFoundError
 from stoker.format.reader import open_dataset
-from stoker.pipeline.config import AdapterOptions, SourceConfig
+from stoker.pipeline.config import AdapterOptions, LoaderOptions, SourceConfig
 from stoker.pipeline.loader import Loader
 from stoker.pipeline.sources import SourceLike
 from stoker.pipeline.token_loader import loader_arguments
@@ -222,15 +222,7 @@ def make_dataset(
         fields = TOKEN_FIELDS if tokens else ("image", "label")
     tree = tuple(fields)
     opened = _opened(source, loader_options.get("storage_options"))
-    # Made here so that bad options raise now, not inside TensorFlow's generator thread.
-    probe = Loader(opened, batch_size=batch_size, **loader_options)
-    steps = len(probe)
-    url = probe.source.url
-    example = None
-    if any(name not in FIELDS for name in _leaves(tree)):
-        # Specs of other fields are read off a first batch.
-        with probe:
-            example = next(iter(probe), None)
+    steps, url, example = _probe(opened, batch_size, loader_options, tree)
     signature = output_signature(loader_options.get("transform"), tree, example)
     epochs = itertools.count(epoch)
 
@@ -244,14 +236,34 @@ def make_dataset(
     dataset = dataset.apply(tf.data.experimental.assert_cardinality(steps))
     world = loader_options.get("world")
     if world is not None and world.world_size > 1:
-        # The loader already reads this rank's share; tf.distribute must not shard again.
-        sharding = tf.data.Options()
-        sharding.experimental_distribute.auto_shard_policy = (
-            tf.data.experimental.AutoShardPolicy.OFF
-        )
-        dataset = dataset.with_options(sharding)
+        dataset = _unsharded(dataset)
     # One batch ahead, so the conversion into tensors overlaps the training step.
     return dataset.prefetch(1)
+
+
+def _probe(
+    opened: SourceLike, batch_size: int, loader_options: LoaderOptions, tree: tuple[FieldTree, ...]
+) -> tuple[int, str, dict[str, Any] | None]:
+    """A Loader made now, so that bad options raise here, not inside TensorFlow's generator
+    thread: its batches per epoch, its URL, and a first batch where ``tree`` names fields
+    whose specs are read off one (else None)."""
+    probe = Loader(opened, batch_size=batch_size, **loader_options)
+    steps = len(probe)
+    url = probe.source.url
+    example = None
+    if any(name not in FIELDS for name in _leaves(tree)):
+        # Specs of other fields are read off a first batch.
+        with probe:
+            example = next(iter(probe), None)
+    return steps, url, example
+
+
+def _unsharded(dataset: Any) -> Any:
+    """``dataset`` that ``tf.distribute`` does not shard: the loader already reads this
+    rank's share."""
+    sharding = tf.data.Options()
+    sharding.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    return dataset.with_options(sharding)
 
 
 def _opened(source: SourceLike, storage_options: Mapping[str, Any] | None) -> SourceLike:
