@@ -13,7 +13,7 @@ and its ``error``, which the loader raises or skips like an undecodable image:
   :mod:`stoker.format.sidetable`) attached under their names;
 - :class:`MixedSource`: several dataset (or token) sources in set proportions
   (:mod:`stoker.pipeline.mixing`), each unit tagged with its ``source``;
-- :class:`WindowSource`: windows of consecutive records
+- :class:`~stoker.pipeline.window_source.WindowSource`: windows of consecutive records
   (:mod:`stoker.pipeline.windows`); a unit holds its ``records`` in order, its labels as
   an array, and each side table's rows stacked per record;
 - :class:`~stoker.pipeline.tokens.TokenSource`: sequences of a token dataset's stream.
@@ -36,7 +36,6 @@ from stoker.errors import BucketNotFoundError
 from stoker.format.reader import ShardDataset, open_dataset
 from stoker.format.sidetable import SideTable, open_side_table
 from stoker.pipeline.batcher import Batcher, BatcherSettings
-from stoker.pipeline.batching import BatchAssembler
 from stoker.pipeline.config import BLOCK_PAGE_BYTES, CacheConfig, SourceConfig
 from stoker.pipeline.dataset_source import LOADER_MAX_GAP_BYTES as LOADER_MAX_GAP_BYTES
 from stoker.pipeline.dataset_source import DatasetSource as DatasetSource
@@ -45,12 +44,9 @@ from stoker.pipeline.order import EpochOrder, OrderConfig
 from stoker.pipeline.plan import block_size_for
 from stoker.pipeline.source import Source as Source
 from stoker.pipeline.tokens import TokenSource, token_block_size, token_sources
+from stoker.pipeline.window_source import WindowSource as WindowSource
 from stoker.pipeline.windows import (
     WindowConfig,
-    dirname_sequence_ids,
-    window_epoch_order,
-    window_records,
-    window_starts,
 )
 from stoker.storage.cache import DiskCache
 from stoker.storage.cached import cache_reads
@@ -175,97 +171,6 @@ class MixedSource:
         return out
 
 
-class WindowSource:
-    """Windows of consecutive records of one dataset source.
-
-    Args:
-        source: The dataset source of records.
-        window: Window size, shift and stride.
-        sequence_ids: One id per record; no window crosses a change of id. Default: from
-            ``window.sequences`` (``"dirname"``: the records' key directories), else none.
-    """
-
-    def __init__(
-        self,
-        source: DatasetSource,
-        window: WindowConfig,
-        sequence_ids: np.ndarray | Sequence[int] | None = None,
-    ) -> None:
-        self.source = source
-        self.window = window
-        if sequence_ids is None and window.sequences == "dirname":
-            sequence_ids = dirname_sequence_ids(source.dataset.index.keys)
-        self.starts = window_starts(source.shard_sizes, window, sequence_ids)
-        if not len(self.starts):
-            raise ValueError(
-                f"{source.url}: no window of {window.size} records fits in any shard"
-                + ("" if sequence_ids is None else " or sequence")
-            )
-
-    @property
-    def url(self) -> str:
-        return self.source.url
-
-    @property
-    def datasets(self) -> list[ShardDataset]:
-        return self.source.datasets
-
-    @property
-    def extra_fields(self) -> tuple[str, ...]:
-        return ("records", *self.source.extra_fields)
-
-    cut_first_batch = False
-    row_fields = None
-    one_get_per_unit = False
-
-    def order_defaults(self, order: OrderConfig, *, units: int, unit_bytes: float) -> OrderConfig:
-        return order
-
-    def make_batcher(self, settings: BatcherSettings) -> Batcher:
-        # A unit is a window of `size` frames.
-        return BatchAssembler.for_source(self, settings, unit_shape=(self.window.size,))
-
-    def shard_of(self, unit: int) -> str | None:
-        return self.source.shard_of(int(self.records([unit])[0][0]))
-
-    def epoch_order(self, config: OrderConfig, epoch: int) -> EpochOrder:
-        return window_epoch_order(self.source.shard_sizes, self.starts, order=config, epoch=epoch)
-
-    def units(self) -> int:
-        return len(self.starts)
-
-    def shuffled(self) -> bool:
-        return False  # windows are runs of consecutive frames, read over an unshuffled pack
-
-    def unit_bytes(self) -> float:
-        return self.source.unit_bytes() * self.window.size
-
-    def records(self, ids: Sequence[int]) -> np.ndarray:
-        """Record ids of windows, one row per window."""
-        return window_records(np.asarray(ids, dtype=np.int64), self.starts, self.window)
-
-    def nbytes(self, ids: Sequence[int]) -> int:
-        return self.source.nbytes(np.unique(self.records(ids)).tolist())
-
-    async def read_async(self, ids: Sequence[int]) -> list[dict[str, Any]]:
-        rows = self.records(ids)
-        unique = np.unique(rows).tolist()
-        found = dict(zip(unique, await self.source.read_async(unique), strict=True))
-        units = []
-        for row in rows.tolist():
-            members = [found[r] for r in row]
-            unit: dict[str, Any] = {
-                "records": np.asarray(row, dtype=np.int64),
-                "key": members[0]["key"],
-                "label": np.asarray([m["label"] for m in members], dtype=np.int64),
-                "members": members,
-            }
-            for name in self.source.extra_fields:
-                unit[name] = np.stack([m[name] for m in members])
-            units.append(unit)
-        return units
-
-
 #: What a Loader accepts as its source.
 SourceLike = (
     str | os.PathLike[str] | ShardDataset | Sequence[str | os.PathLike[str]] | SourceConfig | Source
@@ -330,20 +235,11 @@ def open_source(
         else open_dataset(item, storage_options=storage_options, cache_dir=node)
         for item in inputs
     ]
-    tokens = config.tokens
-    if tokens is not None:
+    if config.tokens is not None:
         page_bytes = BLOCK_PAGE_BYTES  # sequences are read in runs of blocks, never alone
-    disk: DiskCache | None = None
-    if cache is not None and cache.dir is not None:
-        data_bytes = sum(s.size for d in datasets for s in d.shards)
-        disk = DiskCache.for_data(cache.dir, data_bytes=data_bytes, max_bytes=cache.max_bytes)
-        datasets = [_cached(d, disk, cache.page_bytes or page_bytes) for d in datasets]
-    if tokens is not None or any(d.index.tokens is not None for d in datasets):
-        extras = config.window is not None or bool(config.side_tables)
-        parts = token_sources(datasets, tokens, extras=extras)
-        if config.mix is None:
-            return parts[0]
-        return MixedSource(parts, config.mix, [token_block_size(s.unit_bytes()) for s in parts])
+    datasets, disk = _through_cache(datasets, cache, page_bytes)
+    if config.tokens is not None or any(d.index.tokens is not None for d in datasets):
+        return _token_source(datasets, config)
     tables = {
         name: _open_table(url, storage_options, disk)
         for name, url in (config.side_tables or {}).items()
@@ -352,16 +248,43 @@ def open_source(
     if config.mix is not None:
         return MixedSource(sources, config.mix, [block_size_for(s.unit_bytes()) for s in sources])
     if config.window is not None:
-        seed = datasets[0].index.packed_with.get("shuffle_seed")
-        if seed is not None:
-            raise ValueError(
-                f"{datasets[0].url} was packed in a shuffled order (shuffle_seed={seed}), so "
-                "its consecutive records are not consecutive frames: windows need the input's "
-                "order; pack it again with `stoker pack --keep-order` "
-                "(PackConfig(shuffle_seed=None))"
-            )
-        return WindowSource(sources[0], config.window)
+        return _window_source(sources[0], config.window)
     return sources[0]
+
+
+def _through_cache(
+    datasets: list[ShardDataset], cache: CacheConfig | None, page_bytes: int
+) -> tuple[list[ShardDataset], DiskCache | None]:
+    """``datasets`` read through the disk cache of ``cache.dir``, bounded by their data
+    (or ``cache.max_bytes``), and that cache; as they are, and None, without one."""
+    if cache is None or cache.dir is None:
+        return datasets, None
+    data_bytes = sum(s.size for d in datasets for s in d.shards)
+    disk = DiskCache.for_data(cache.dir, data_bytes=data_bytes, max_bytes=cache.max_bytes)
+    return [_cached(d, disk, cache.page_bytes or page_bytes) for d in datasets], disk
+
+
+def _token_source(datasets: list[ShardDataset], config: SourceConfig) -> Source:
+    """Token datasets as sequences: one, or several mixed by ``config.mix``."""
+    extras = config.window is not None or bool(config.side_tables)
+    parts = token_sources(datasets, config.tokens, extras=extras)
+    if config.mix is None:
+        return parts[0]
+    return MixedSource(parts, config.mix, [token_block_size(s.unit_bytes()) for s in parts])
+
+
+def _window_source(source: DatasetSource, window: WindowConfig) -> WindowSource:
+    """Windows of consecutive records, refused for a dataset packed in a shuffled order."""
+    dataset = source.dataset
+    seed = dataset.index.packed_with.get("shuffle_seed")
+    if seed is not None:
+        raise ValueError(
+            f"{dataset.url} was packed in a shuffled order (shuffle_seed={seed}), so "
+            "its consecutive records are not consecutive frames: windows need the input's "
+            "order; pack it again with `stoker pack --keep-order` "
+            "(PackConfig(shuffle_seed=None))"
+        )
+    return WindowSource(source, window)
 
 
 def mixed_order(source: Source, config: OrderConfig, epoch: int) -> MixedOrder:
