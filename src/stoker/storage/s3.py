@@ -145,48 +145,8 @@ def build_s3(url: StorageUrl, options: StorageOptions) -> NativeConfig:
             required=bool(_env("AWS_PROFILE")),
         )
 
-    config: Any = {}  # obstore's S3Config TypedDict, built key by key
-    if options.anonymous:
-        config["skip_signature"] = True
-        source = "anonymous (unsigned requests)"
-    elif options.access_key_id is not None:
-        config["access_key_id"] = options.access_key_id
-        config["secret_access_key"] = options.secret_access_key
-        if options.session_token:
-            config["session_token"] = options.session_token
-        source = "storage_options (access_key_id/secret_access_key)"
-    elif profile_name and profile is not None and "aws_access_key_id" in profile.values:
-        source = _use_profile(config, profile)
-    elif env_keys:
-        config["access_key_id"] = _env("AWS_ACCESS_KEY_ID")
-        config["secret_access_key"] = _env("AWS_SECRET_ACCESS_KEY")
-        if _env("AWS_SESSION_TOKEN"):
-            config["session_token"] = _env("AWS_SESSION_TOKEN")
-        source = "environment (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY)"
-    elif profile is not None and "aws_access_key_id" in profile.values:
-        source = _use_profile(config, profile)
-    else:
-        source = "default chain (web identity, container or instance metadata)"
-
-    endpoint, endpoint_from = next(
-        (
-            (value, where)
-            for value, where in (
-                (options.endpoint_url, "storage_options"),
-                (_env("AWS_ENDPOINT_URL_S3"), "AWS_ENDPOINT_URL_S3"),
-                (_env("AWS_ENDPOINT_URL"), "AWS_ENDPOINT_URL"),
-                (_s3_section_value(profile, "endpoint_url"), "the profile's s3 section"),
-                (profile.values.get("endpoint_url") if profile else None, "the profile"),
-            )
-            if value
-        ),
-        (None, ""),
-    )
-    if endpoint:
-        try:  # obstore panics on some ("rust future panicked"): say which setting it is
-            check_endpoint_url(endpoint)
-        except ValueError as exc:
-            raise ValueError(f"{exc}, from {endpoint_from}") from None
+    config, source = _credentials(options, profile, env_keys=bool(env_keys))
+    endpoint = _endpoint(options, profile)
     region = (
         options.region
         or _env("AWS_REGION")
@@ -216,6 +176,63 @@ def build_s3(url: StorageUrl, options: StorageOptions) -> NativeConfig:
     )
     shown_endpoint = endpoint or f"https://s3.{region}.amazonaws.com"
     return NativeConfig(store, source, shown_endpoint)
+
+
+def _credentials(
+    options: StorageOptions, profile: _Profile | None, *, env_keys: bool
+) -> tuple[Any, str]:
+    """obstore's S3 config with the credentials in it, and where they came from: the
+    options, a named profile, the environment's keys, the default profile, or the default
+    chain."""
+    profile_name = options.profile
+    config: Any = {}  # obstore's S3Config TypedDict, built key by key
+    if options.anonymous:
+        config["skip_signature"] = True
+        source = "anonymous (unsigned requests)"
+    elif options.access_key_id is not None:
+        config["access_key_id"] = options.access_key_id
+        config["secret_access_key"] = options.secret_access_key
+        if options.session_token:
+            config["session_token"] = options.session_token
+        source = "storage_options (access_key_id/secret_access_key)"
+    elif profile_name and profile is not None and "aws_access_key_id" in profile.values:
+        source = _use_profile(config, profile)
+    elif env_keys:
+        config["access_key_id"] = _env("AWS_ACCESS_KEY_ID")
+        config["secret_access_key"] = _env("AWS_SECRET_ACCESS_KEY")
+        if _env("AWS_SESSION_TOKEN"):
+            config["session_token"] = _env("AWS_SESSION_TOKEN")
+        source = "environment (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY)"
+    elif profile is not None and "aws_access_key_id" in profile.values:
+        source = _use_profile(config, profile)
+    else:
+        source = "default chain (web identity, container or instance metadata)"
+    return config, source
+
+
+def _endpoint(options: StorageOptions, profile: _Profile | None) -> str | None:
+    """The endpoint from the options, the environment or the profile, checked; None for
+    AWS's own."""
+    endpoint, endpoint_from = next(
+        (
+            (value, where)
+            for value, where in (
+                (options.endpoint_url, "storage_options"),
+                (_env("AWS_ENDPOINT_URL_S3"), "AWS_ENDPOINT_URL_S3"),
+                (_env("AWS_ENDPOINT_URL"), "AWS_ENDPOINT_URL"),
+                (_s3_section_value(profile, "endpoint_url"), "the profile's s3 section"),
+                (profile.values.get("endpoint_url") if profile else None, "the profile"),
+            )
+            if value
+        ),
+        (None, ""),
+    )
+    if endpoint:
+        try:  # obstore panics on some ("rust future panicked"): say which setting it is
+            check_endpoint_url(endpoint)
+        except ValueError as exc:
+            raise ValueError(f"{exc}, from {endpoint_from}") from None
+    return endpoint
 
 
 def open_local(root: Path, *, create: bool) -> Any:
