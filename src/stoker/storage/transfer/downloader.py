@@ -117,8 +117,6 @@ async def _download(
     progress: ProgressSink,
     report: TransferReport,
 ) -> None:
-    part_size = store.options.part_size_bytes
-    threshold = store.options.multipart_threshold_bytes
     sink = LateProgress(progress)
     listed = [0]  # objects listed, before the filters
     listing = _selected(store, config, listed)
@@ -163,57 +161,10 @@ async def _download(
         for _ in range(config.workers):
             await queue.put(None)
 
-    async def fetch(meta: ObjectMeta) -> None:
-        partial: Path | None = None
-        try:
-            target = safe_local_path(dst, meta.key)
-            refuse_partial_name(meta.key, target)
-            if config.resume and await local_is_current_async(target, meta, part_size):
-                report.files_skipped += 1
-                sink.advance(files=1, nbytes=meta.size)
-                return
-            partial = partial_path(target)
-            try:
-                target.parent.mkdir(parents=True, exist_ok=True)
-                # Only a single-part ETag (an MD5) is checked: a multipart one depends on a
-                # part size that the uploader chose and the listing does not say.
-                check = config.verify and meta.etag is not None and len(meta.etag) == 32
-                if meta.size >= threshold:
-                    await _download_parts(store, meta, partial, part_size)
-                    if check:
-                        await check_file(meta, partial)
-                else:
-                    data = await store.get_async(meta.key)
-                    if check:
-                        check_md5(meta, data)
-                    write_file(partial, data)
-                if meta.last_modified is not None:
-                    stamp = meta.last_modified.timestamp()
-                    os.utime(partial, (stamp, stamp))
-                partial.replace(target)
-            except OSError as exc:
-                if exc.errno in DISK_FULL:
-                    raise DiskFullError(
-                        f"no space left on device writing {target} ({meta.size} bytes)"
-                    ) from exc
-                raise
-            partial = None
-            report.files_transferred += 1
-            report.bytes_transferred += meta.size
-            sink.advance(files=1, nbytes=meta.size)
-        except Exception as exc:  # one failed object must not stop the others
-            report.failures.append((meta.key, error_text(exc)))
-            sink.advance(files=1, nbytes=0)
-            if isinstance(exc, DiskFullError) and not full:
-                full.append(exc)
-        finally:
-            if partial is not None:  # never leave a partial file behind
-                remove_quietly(partial)
-
     async def worker() -> None:
         while (meta := await queue.get()) is not None:
             if not full:
-                await fetch(meta)
+                await _fetch(store, dst, meta, config, sink, report, full)
 
     await asyncio.gather(produce(), *(worker() for _ in range(config.workers)))
     if full:
@@ -226,6 +177,71 @@ async def _download(
         ) from full[0].__cause__
     if list_error:
         raise list_error[0]
+
+
+async def _fetch(
+    store: Store,
+    dst: Path,
+    meta: ObjectMeta,
+    config: TransferConfig,
+    sink: ProgressSink,
+    report: TransferReport,
+    full: builtins.list[BaseException],
+) -> None:
+    """Download one object (or skip it, when current), counted in ``report``; a failure is
+    recorded there, and a full disk also in ``full`` (which stops the run)."""
+    partial: Path | None = None
+    try:
+        target = safe_local_path(dst, meta.key)
+        refuse_partial_name(meta.key, target)
+        part_size = store.options.part_size_bytes
+        if config.resume and await local_is_current_async(target, meta, part_size):
+            report.files_skipped += 1
+            sink.advance(files=1, nbytes=meta.size)
+            return
+        partial = partial_path(target)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            await _write(store, meta, partial, verify=config.verify)
+            partial.replace(target)
+        except OSError as exc:
+            if exc.errno in DISK_FULL:
+                raise DiskFullError(
+                    f"no space left on device writing {target} ({meta.size} bytes)"
+                ) from exc
+            raise
+        partial = None
+        report.files_transferred += 1
+        report.bytes_transferred += meta.size
+        sink.advance(files=1, nbytes=meta.size)
+    except Exception as exc:  # one failed object must not stop the others
+        report.failures.append((meta.key, error_text(exc)))
+        sink.advance(files=1, nbytes=0)
+        if isinstance(exc, DiskFullError) and not full:
+            full.append(exc)
+    finally:
+        if partial is not None:  # never leave a partial file behind
+            remove_quietly(partial)
+
+
+async def _write(store: Store, meta: ObjectMeta, partial: Path, *, verify: bool) -> None:
+    """Write the object into ``partial`` (in parts if large), checked against its ETag when
+    ``verify`` and it can be, with the object's modification time."""
+    # Only a single-part ETag (an MD5) is checked: a multipart one depends on a part size
+    # that the uploader chose and the listing does not say.
+    check = verify and meta.etag is not None and len(meta.etag) == 32
+    if meta.size >= store.options.multipart_threshold_bytes:
+        await _download_parts(store, meta, partial, store.options.part_size_bytes)
+        if check:
+            await check_file(meta, partial)
+    else:
+        data = await store.get_async(meta.key)
+        if check:
+            check_md5(meta, data)
+        write_file(partial, data)
+    if meta.last_modified is not None:
+        stamp = meta.last_modified.timestamp()
+        os.utime(partial, (stamp, stamp))
 
 
 async def _download_parts(store: Store, meta: ObjectMeta, partial: Path, part_size: int) -> None:
