@@ -205,18 +205,7 @@ class SeaweedServer:
             self._dir = Path(tempfile.mkdtemp(prefix="stoker-seaweed-"))
         (self._dir / "data").mkdir(parents=True, exist_ok=True)
         (self._dir / "log").mkdir(exist_ok=True)
-        config = self._dir / "s3-identities.json"
-        identities = {
-            "identities": [
-                {
-                    "name": "stoker",
-                    "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}],
-                    "actions": ["Admin", "Read", "List", "Tagging", "Write"],
-                }
-            ]
-        }
-        config.write_text(json.dumps(identities), encoding="utf-8")
-        config.chmod(0o600)
+        config = _write_identities(self._dir)
         if self._port is None:
             self._ports = free_ports(10)
         else:
@@ -224,34 +213,7 @@ class SeaweedServer:
             # and held while the other ports are picked, so that none of them is it.
             with hold_port(self._port):
                 self._ports = [self._port, *free_ports(9)]
-        s3, s3g, m, mg, v, vg, f, fg, a, ag = self._ports
-        args = [
-            str(weed),
-            f"-logdir={self._dir / 'log'}",
-            "mini",
-            f"-dir={self._dir / 'data'}",
-            "-ip=127.0.0.1",
-            "-ip.bind=127.0.0.1",
-            f"-s3.port={s3}",
-            f"-s3.port.grpc={s3g}",
-            f"-master.port={m}",
-            f"-master.port.grpc={mg}",
-            f"-volume.port={v}",
-            f"-volume.port.grpc={vg}",
-            f"-volume.max={MAX_VOLUMES}",
-            f"-filer.port={f}",
-            f"-filer.port.grpc={fg}",
-            f"-admin.port={a}",
-            f"-admin.port.grpc={ag}",
-            "-admin.ui=false",
-            "-s3.port.iceberg=0",
-            "-s3.port.lance=0",
-            "-webdav=false",
-            "-master.telemetry=false",
-            f"-s3.config={config}",
-            "-s3.allowDeleteBucketNotEmpty=false",
-            "-s3.autoCreateBucket=false",
-        ]
+        args = _weed_args(weed, self._dir, self._ports, config)
         log = open(self._dir / "log" / "weed.out", "wb")  # noqa: SIM115 - the child owns it
         try:
             self._process = subprocess.Popen(
@@ -366,3 +328,54 @@ class SeaweedServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _write_identities(folder: Path) -> Path:
+    """The S3 gateway's one identity (:data:`ACCESS_KEY`, :data:`SECRET_KEY`), in a file
+    only its owner reads."""
+    config = folder / "s3-identities.json"
+    identities = {
+        "identities": [
+            {
+                "name": "stoker",
+                "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}],
+                "actions": ["Admin", "Read", "List", "Tagging", "Write"],
+            }
+        ]
+    }
+    config.write_text(json.dumps(identities), encoding="utf-8")
+    config.chmod(0o600)
+    return config
+
+
+def _weed_args(weed: Path | str, folder: Path, ports: list[int], config: Path) -> list[str]:
+    """``weed mini`` on 127.0.0.1, its data and logs in ``folder``, on ``ports`` (S3, master,
+    volume, filer, admin; each with its gRPC port after it)."""
+    s3, s3g, m, mg, v, vg, f, fg, a, ag = ports
+    return [
+        str(weed),
+        f"-logdir={folder / 'log'}",
+        "mini",
+        f"-dir={folder / 'data'}",
+        "-ip=127.0.0.1",
+        "-ip.bind=127.0.0.1",
+        f"-s3.port={s3}",
+        f"-s3.port.grpc={s3g}",
+        f"-master.port={m}",
+        f"-master.port.grpc={mg}",
+        f"-volume.port={v}",
+        f"-volume.port.grpc={vg}",
+        f"-volume.max={MAX_VOLUMES}",
+        f"-filer.port={f}",
+        f"-filer.port.grpc={fg}",
+        f"-admin.port={a}",
+        f"-admin.port.grpc={ag}",
+        "-admin.ui=false",
+        "-s3.port.iceberg=0",
+        "-s3.port.lance=0",
+        "-webdav=false",
+        "-master.telemetry=false",
+        f"-s3.config={config}",
+        "-s3.allowDeleteBucketNotEmpty=false",
+        "-s3.autoCreateBucket=false",
+    ]
