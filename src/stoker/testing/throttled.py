@@ -141,51 +141,18 @@ def run_throttled_downloads(
     limit = RateLimitConfig(requests_per_s=requests_per_s)
     link = LinkConfig(rtt_s=0.0, connect_rtts=0.0)
     with NetProxy("127.0.0.1", server.port, link=link, rate_limit=limit) as proxy:
-        options = server.storage_options(proxy.endpoint)
-        env = {
-            **os.environ,
-            "AWS_ENDPOINT_URL": proxy.endpoint,
-            "AWS_ACCESS_KEY_ID": options["access_key_id"],
-            "AWS_SECRET_ACCESS_KEY": options["secret_access_key"],
-            "AWS_REGION": options["region"],
-        }
+        env = _client_env(server, proxy.endpoint)
         started = time.monotonic()
         children = [
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "stoker",
-                    *extra_args,
-                    "download",
-                    f"s3://{bucket}/{PREFIX}",
-                    str(work / f"d{n}"),
-                    "--no-progress",
-                    "--json",
-                ],
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
+            _start_download(f"s3://{bucket}/{PREFIX}", work / f"d{n}", env, extra_args)
             for n in range(processes)
         ]
         outputs = [child.communicate() for child in children]
         seconds = time.monotonic() - started
         stats = proxy.stats()
         counts = proxy.prefix_counts().get(f"{bucket}/{PREFIX}")
-    reports = []
-    for out, err in outputs:
-        try:
-            reports.append(json.loads(out))
-        except ValueError:
-            reports.append({"stderr": err[-2000:]})
-    intact = sum(
-        (work / f"d{n}" / f"obj-{i:05d}").is_file()
-        and (work / f"d{n}" / f"obj-{i:05d}").read_bytes() == object_bytes(i)
-        for n in range(processes)
-        for i in range(objects)
-    )
+    reports = [_report(out, err) for out, err in outputs]
+    intact = sum(_intact(work / f"d{n}", i) for n in range(processes) for i in range(objects))
     return ThrottledRun(
         processes=processes,
         objects=objects,
@@ -199,6 +166,49 @@ def run_throttled_downloads(
         exit_codes=[child.returncode for child in children],
         reports=reports,
     )
+
+
+def _client_env(server: SeaweedServer, endpoint: str) -> dict[str, str]:
+    """This process's environment with the server's credentials, reached at ``endpoint``."""
+    options = server.storage_options(endpoint)
+    return {
+        **os.environ,
+        "AWS_ENDPOINT_URL": endpoint,
+        "AWS_ACCESS_KEY_ID": options["access_key_id"],
+        "AWS_SECRET_ACCESS_KEY": options["secret_access_key"],
+        "AWS_REGION": options["region"],
+    }
+
+
+def _start_download(
+    url: str, into: Path, env: Mapping[str, str], extra_args: tuple[str, ...]
+) -> subprocess.Popen[str]:
+    """``stoker download URL INTO --json`` in a process of its own (output kept)."""
+    return subprocess.Popen(
+        [
+            *(sys.executable, "-m", "stoker", *extra_args),
+            *("download", url, str(into), "--no-progress", "--json"),
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _report(out: str, err: str) -> dict[str, Any]:
+    """A download's JSON report, or the end of its stderr when it gave none."""
+    try:
+        report: dict[str, Any] = json.loads(out)
+    except ValueError:
+        return {"stderr": err[-2000:]}
+    return report
+
+
+def _intact(folder: Path, i: int) -> bool:
+    """Whether object ``i`` was downloaded into ``folder`` whole."""
+    path = folder / f"obj-{i:05d}"
+    return path.is_file() and path.read_bytes() == object_bytes(i)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
