@@ -62,11 +62,7 @@ def inspect_command(
         return
     fields = summarise_fields(dataset, samples=field_samples)
     index = dataset.index
-    counts: dict[int, int] = {}
-    for label in index.label.tolist():
-        counts[label] = counts.get(label, 0) + 1
-    names = dataset.class_names
-    classes = {(names[k] if 0 <= k < len(names) else str(k)): v for k, v in sorted(counts.items())}
+    classes = _class_counts(dataset)
     total_bytes = sum(s.size for s in dataset.shards)
     mix, cost = _default_order_quality(dataset)
     summary = {
@@ -100,6 +96,28 @@ def inspect_command(
     for name, count in classes.items():
         table.add_row(_shown(name), f"{count:,}")
     console.print(table)
+    _print_order(console, mix, cost)
+    shards = Table("shard", "samples", "bytes", "sha256")
+    for entry in dataset.shards[:50]:
+        shards.add_row(
+            _shown(entry.name), f"{entry.samples:,}", format_bytes(entry.size), entry.sha256[:16]
+        )
+    console.print(shards)
+    if len(dataset.shards) > 50:
+        console.print(f"... and {len(dataset.shards) - 50} more shards (--json lists all)")
+
+
+def _class_counts(dataset: ShardDataset) -> dict[str, int]:
+    """Samples of each label, by class name (the label itself where it has none)."""
+    counts: dict[int, int] = {}
+    for label in dataset.index.label.tolist():
+        counts[label] = counts.get(label, 0) + 1
+    names = dataset.class_names
+    return {(names[k] if 0 <= k < len(names) else str(k)): v for k, v in sorted(counts.items())}
+
+
+def _print_order(console: Console, mix: LabelMix, cost: ReadCost) -> None:
+    """How well the default order mixes labels, and what it reads."""
     if mix.batches:
         console.print(
             f"Label mix of the default order, batches of {LABEL_MIX_BATCH}: "
@@ -114,14 +132,6 @@ def inspect_command(
         f"{cost.window_groups} read group(s) at once (about "
         f"{format_bytes(int(cost.window_bytes))} held)"
     )
-    shards = Table("shard", "samples", "bytes", "sha256")
-    for entry in dataset.shards[:50]:
-        shards.add_row(
-            _shown(entry.name), f"{entry.samples:,}", format_bytes(entry.size), entry.sha256[:16]
-        )
-    console.print(shards)
-    if len(dataset.shards) > 50:
-        console.print(f"... and {len(dataset.shards) - 50} more shards (--json lists all)")
 
 
 def _field_table(fields: list[FieldSummary], *, read: int) -> Table:
