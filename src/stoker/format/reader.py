@@ -110,6 +110,11 @@ class ShardDataset:
         """Label of every sample (int64, -1 for none)."""
         return self._index.label
 
+    def member_counts(self) -> dict[str, int] | None:
+        """Member extensions with the samples holding each, as the index counts them;
+        None for an index that does not count them."""
+        return dict(self._index.fields) or None
+
     def __len__(self) -> int:
         return len(self._index)
 

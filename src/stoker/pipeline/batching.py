@@ -23,7 +23,6 @@ import numpy as np
 
 from stoker.core.metrics import Stage, Stages
 from stoker.errors import StokerError
-from stoker.format.reader import ShardDataset
 from stoker.format.spec import IMAGE_FIELD_NAMES
 from stoker.pipeline.batch_arrays import BatchArrays
 from stoker.pipeline.batcher import BatcherSettings
@@ -390,8 +389,9 @@ def _field_counts(source: Source) -> dict[str, int] | None:
     does not say (an unpacked image folder, an index without counts)."""
     counts: dict[str, int] = {}
     for dataset in source.datasets:
-        if not isinstance(dataset, ShardDataset) or not dataset.index.fields:
+        found = dataset.member_counts()
+        if found is None:
             return None
-        for name, count in dataset.index.fields.items():
+        for name, count in found.items():
             counts[name] = counts.get(name, 0) + count
     return counts

@@ -121,6 +121,10 @@ class FolderDataset:
         first folder, as ``stoker pack`` numbers them); -1 labels an image with no class."""
         return self._class_names
 
+    def member_counts(self) -> dict[str, int] | None:
+        """None: an image folder's samples are images (of any extension)."""
+        return None
+
     def __len__(self) -> int:
         return len(self.objects)
 

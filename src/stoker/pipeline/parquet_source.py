@@ -38,16 +38,11 @@ import numpy as np
 from stoker.errors import SourceError
 from stoker.format.foreign.base import SampleRef
 from stoker.format.foreign.parquet import ParquetReader
-from stoker.format.foreign.rowgroups import DEFAULT_CACHE_BYTES
 from stoker.format.reader import member_entry
 from stoker.pipeline.batcher import Batcher, BatcherSettings
 from stoker.pipeline.batching import BatchAssembler
 from stoker.pipeline.order import EpochOrder, OrderConfig, epoch_order
 from stoker.storage.base import Store
-
-#: Decoded row groups a Loader's process keeps: a block is a whole row group, read at
-#: once, so the cache only spares a second decode when a smaller ``block_size`` splits one.
-LOADER_CACHE_BYTES = DEFAULT_CACHE_BYTES // 4
 
 
 class ParquetDataset:
@@ -106,6 +101,13 @@ class ParquetDataset:
         """The rows' keys, as a pack of the table keys them."""
         return [ref.key for ref in self._refs]
 
+    def member_counts(self) -> dict[str, int] | None:
+        """The members the chosen columns give, each counted for every row (a null value
+        gives none for its row); None where an image or binary column is chosen (its
+        members are named by their bytes)."""
+        names = self.reader.member_names()
+        return None if names is None else {name: len(self) for name in names}
+
     def __len__(self) -> int:
         return len(self._refs)
 
@@ -143,16 +145,17 @@ class ParquetDataset:
         return [found[int(i)] for i in indices]
 
     def _rows(self, rows: Sequence[int]) -> list[tuple[int, dict[str, Any]]]:
+        """Rows of one row group, which is fetched and decoded once for them."""
         out = []
-        for i in rows:
+        for i, found in zip(
+            rows, self.reader.read_group([self._refs[i] for i in rows]), strict=True
+        ):
             ref = self._refs[i]
-            try:
-                sample = self.reader.read(ref)
-            except SourceError as exc:
-                out.append((i, {"key": ref.key, "label": ref.label, "error": exc}))
+            if isinstance(found, SourceError):
+                out.append((i, {"key": ref.key, "label": ref.label, "error": found}))
                 continue
-            fields = {member_entry(name): data for name, data in sample.fields.items()}
-            out.append((i, {"key": sample.key, "label": sample.label, **fields}))
+            fields = {member_entry(name): data for name, data in found.fields.items()}
+            out.append((i, {"key": found.key, "label": found.label, **fields}))
         return out
 
 
@@ -239,7 +242,7 @@ def open_parquet(
     reader = ParquetReader(
         str(url),
         storage_options=storage_options,
-        cache_bytes=LOADER_CACHE_BYTES,
+        cache_bytes=None,  # a block is a whole row group, read at once: none kept
         columns=columns,
     )
     return ParquetSource(ParquetDataset(reader, reader.refs()))

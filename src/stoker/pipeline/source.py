@@ -40,6 +40,11 @@ class SourceDataset(Protocol):
 
     def __len__(self) -> int: ...
 
+    def member_counts(self) -> dict[str, int] | None:
+        """Member names (``jpg``, ``txt``, ``cls``, ...) with the samples holding each;
+        None where it does not say (an unpacked image folder: images only)."""
+        ...
+
     def read_many(self, indices: Sequence[int]) -> list[dict[str, Any]]:
         """Samples by number, in the order given."""
         ...

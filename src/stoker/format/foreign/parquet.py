@@ -82,7 +82,8 @@ class ParquetReader:
         location: A ``.parquet`` file or object, or a folder or bucket prefix of them.
         storage_options: Options for the stores opened for object URLs.
         class_names: Class names indexed by label, if known.
-        cache_bytes: Decoded row groups held per process.
+        cache_bytes: Decoded row groups held per process; None keeps none past the one
+            being read, for a reader of whole row groups (:meth:`read_group`).
         columns: Read only these columns (each row group's chunks of the others are never
             fetched); None reads every column.
 
@@ -96,7 +97,7 @@ class ParquetReader:
         *,
         storage_options: Mapping[str, Any] | StorageOptions | None = None,
         class_names: Sequence[str] | None = None,
-        cache_bytes: int = DEFAULT_CACHE_BYTES,
+        cache_bytes: int | None = DEFAULT_CACHE_BYTES,
         columns: Sequence[str] | None = None,
     ) -> None:
         import_pyarrow()
@@ -110,7 +111,7 @@ class ParquetReader:
         self._names: tuple[str, ...] = ()
         self._label_index: dict[str, int] | None = None  # for a column of string labels
         self._counts = ""
-        self._cache = RowGroupCache(cache_bytes)
+        self._cache = RowGroupCache(cache_bytes or 1)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -119,7 +120,7 @@ class ParquetReader:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)  # decoded row groups stay behind
-        self._cache = RowGroupCache(self._cache_bytes)
+        self._cache = RowGroupCache(self._cache_bytes or 1)
 
     @property
     def location(self) -> str:
@@ -210,7 +211,7 @@ class ParquetReader:
                     row += 1
         if not refs:
             raise SourceError(f"{self._location}: no rows in {len(files)} Parquet file(s)")
-        if decoded_bytes > self._cache_bytes and groups > 1:
+        if self._cache_bytes is not None and decoded_bytes > self._cache_bytes and groups > 1:
             logger.warning(
                 "%s: %d row groups, %s decoded, more than the %s kept decoded: packed in a "
                 "shuffled order, row groups are decoded again as rows are read (pack with "
@@ -241,6 +242,55 @@ class ParquetReader:
         if not members:
             raise SourceError(f"{where}: every column is null")
         return Sample(ref.key, members, int(members["cls"]) if "cls" in members else -1)
+
+    def read_group(self, refs: Sequence[SampleRef]) -> list[Sample | SourceError]:
+        """Read rows of one row group (``refs`` from :meth:`refs`, all of one row group),
+        which is fetched and decoded once for them: each row's sample, or the error that
+        names why it cannot be one (the row group's own error for every row when the row
+        group cannot be read)."""
+        if not refs:
+            return []
+        _, group, _ = refs[0].extra[0]
+        location = refs[0].location
+        try:
+            arrays = self._row_group(location, group)
+        except SourceError as exc:
+            return [exc for _ in refs]
+        rules = self._column_rules()
+        index = self._class_index() if self._string_labels() else None
+        out: list[Sample | SourceError] = []
+        for ref in refs:
+            _, ref_group, row = ref.extra[0]
+            where = f"{ref.location}: sample {ref.key!r} (row group {ref_group}, row {row})"
+            if ref.location != location or ref_group != group or not 0 <= row < len(arrays[0]):
+                out.append(SourceError(f"{where}: not a row of {location} row group {group}"))
+                continue
+            try:
+                members = row_members(rules, arrays, row, where=where, label_index=index)
+            except SourceError as exc:
+                out.append(exc)
+                continue
+            if not members:
+                out.append(SourceError(f"{where}: every column is null"))
+                continue
+            label = int(members["cls"]) if "cls" in members else -1
+            out.append(Sample(ref.key, members, label))
+        return out
+
+    def member_names(self) -> list[str] | None:
+        """The member names the chosen columns give a row (``txt``, ``cls``,
+        ``tokens.npy``, ...); None where a binary or image column is chosen, whose
+        members are named by their bytes (``jpg``, ``png``, ``audio.flac``)."""
+        names = []
+        for rule in self._column_rules():
+            if rule.kind in ("binary", "media"):
+                return None
+            if rule.kind in ("label", "label_name"):
+                names.append("cls")
+            else:
+                extension = {"text": "txt", "array": "npy"}.get(rule.kind, "json")
+                names.append(extension if rule.short else f"{rule.stem}.{extension}")
+        return names
 
     def store(self) -> Store:
         """The store the files are read through (see :meth:`ParquetFiles.store`)."""
