@@ -63,12 +63,10 @@ def put_objects(server: SeaweedServer, bucket: str, objects: int) -> None:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ThrottledRun:
-    """What the proxy and the downloads saw.
+class ProxyRun:
+    """What the rate-limiting proxy saw of a run.
 
     Attributes:
-        processes: Download processes.
-        objects: Objects each downloaded.
         limit_per_s: The proxy's limit per prefix.
         requests: Requests the proxy saw.
         bytes_down: Bytes the proxy sent back (response heads included).
@@ -76,33 +74,23 @@ class ThrottledRun:
         admitted_per_s: Requests admitted per second, from the prefix's first request at
             the proxy to its last.
         seconds: Wall time from starting the processes to the last one's exit.
-        files_intact: Files downloaded byte-exact, over all processes.
-        exit_codes: Each process's exit status.
-        reports: Each process's ``--json`` report.
     """
 
-    processes: int
-    objects: int
     limit_per_s: float
     requests: int
     bytes_down: int
     throttled: int
     admitted_per_s: float
     seconds: float
-    files_intact: int
-    exit_codes: list[int]
-    reports: list[dict[str, Any]]
 
     @property
     def throttled_share(self) -> float:
         """Throttled requests as a share of all requests."""
         return self.throttled / self.requests if self.requests else 0.0
 
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict (the reports' request counters kept, their lists left out)."""
+    def proxy_dict(self) -> dict[str, Any]:
+        """The proxy's counts, JSON-ready."""
         return {
-            "processes": self.processes,
-            "objects_each": self.objects,
             "limit_per_s": self.limit_per_s,
             "requests": self.requests,
             "bytes_down": self.bytes_down,
@@ -111,6 +99,33 @@ class ThrottledRun:
             "admitted_per_s": round(self.admitted_per_s, 1),
             "admitted_vs_limit": round(self.admitted_per_s / self.limit_per_s, 3),
             "seconds": round(self.seconds, 2),
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ThrottledRun(ProxyRun):
+    """What the proxy (:class:`ProxyRun`) and the downloads saw.
+
+    Attributes:
+        processes: Download processes.
+        objects: Objects each downloaded.
+        files_intact: Files downloaded byte-exact, over all processes.
+        exit_codes: Each process's exit status.
+        reports: Each process's ``--json`` report.
+    """
+
+    processes: int
+    objects: int
+    files_intact: int
+    exit_codes: list[int]
+    reports: list[dict[str, Any]]
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (the reports' request counters kept, their lists left out)."""
+        return {
+            "processes": self.processes,
+            "objects_each": self.objects,
+            **self.proxy_dict(),
             "files_intact": self.files_intact,
             "exit_codes": self.exit_codes,
             "requests_by_process": [r.get("requests", {}) for r in self.reports],
@@ -212,18 +227,12 @@ def _intact(folder: Path, i: int) -> bool:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RanksRun:
-    """What the proxy and the ranks saw.
+class RanksRun(ProxyRun):
+    """What the proxy (:class:`ProxyRun`) and the ranks saw.
 
     Attributes:
         ranks: Loader processes.
         samples: Samples in the dataset.
-        limit_per_s: The proxy's limit per prefix.
-        requests: Requests the proxy saw.
-        bytes_down: Bytes the proxy sent back (response heads included).
-        throttled: Of those, answered 503 SlowDown.
-        admitted_per_s: Requests admitted per second, first request to last.
-        seconds: Wall time from starting the processes to the last one's exit.
         delivered: Sample ids each rank delivered, in order.
         exit_codes: Each process's exit status.
         errors: Each failed process's last lines of stderr.
@@ -231,20 +240,9 @@ class RanksRun:
 
     ranks: int
     samples: int
-    limit_per_s: float
-    requests: int
-    bytes_down: int
-    throttled: int
-    admitted_per_s: float
-    seconds: float
     delivered: list[list[int]]
     exit_codes: list[int]
     errors: list[str]
-
-    @property
-    def throttled_share(self) -> float:
-        """Throttled requests as a share of all requests."""
-        return self.throttled / self.requests if self.requests else 0.0
 
     @property
     def exactly_once(self) -> bool:
@@ -256,14 +254,7 @@ class RanksRun:
         return {
             "ranks": self.ranks,
             "samples": self.samples,
-            "limit_per_s": self.limit_per_s,
-            "requests": self.requests,
-            "bytes_down": self.bytes_down,
-            "throttled": self.throttled,
-            "throttled_share": round(self.throttled_share, 4),
-            "admitted_per_s": round(self.admitted_per_s, 1),
-            "admitted_vs_limit": round(self.admitted_per_s / self.limit_per_s, 3),
-            "seconds": round(self.seconds, 2),
+            **self.proxy_dict(),
             "exactly_once": self.exactly_once,
             "exit_codes": self.exit_codes,
         }
