@@ -59,6 +59,15 @@ def block_size_for(unit_bytes: float, minimum: int = 4) -> int:
     return int(min(MAX_BLOCK_UNITS, max(minimum, blocks)))
 
 
+def group_blocks_for(block_size: int, *, units: int, unit_bytes: float) -> int:
+    """Blocks per read group so that a group is about :data:`GROUP_TARGET_BYTES`, at most
+    :data:`DEFAULT_GROUP_BLOCKS`, and an epoch of ``units`` has :data:`MIN_GROUPS` groups
+    (at least one block a group)."""
+    blocks = -(-units // block_size)
+    per_group = round(GROUP_TARGET_BYTES / (block_size * max(unit_bytes, 1.0)))
+    return max(1, min(DEFAULT_GROUP_BLOCKS, blocks // MIN_GROUPS, per_group))
+
+
 def resolve_order(
     order: OrderConfig | None,
     *,
@@ -100,9 +109,7 @@ def resolve_order(
             block_size = max(1, min(block_size, units // MIN_BLOCKS_UNSHUFFLED))
     group_blocks = order.group_blocks
     if group_blocks is None:
-        blocks = -(-units // block_size)
-        per_group = round(GROUP_TARGET_BYTES / (block_size * max(unit_bytes, 1.0)))
-        derived = max(1, min(DEFAULT_GROUP_BLOCKS, blocks // MIN_GROUPS, per_group))
+        derived = group_blocks_for(block_size, units=units, unit_bytes=unit_bytes)
         group_blocks = DEFAULT_GROUP_BLOCKS if order.block_size else derived
     window = order.window
     if window is None:

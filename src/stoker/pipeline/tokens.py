@@ -32,13 +32,13 @@ import numpy as np
 from stoker.format.reader import ShardDataset
 from stoker.format.token_reader import TokenReader
 from stoker.pipeline.batcher import Batcher, BatcherSettings
-from stoker.pipeline.order import DEFAULT_GROUP_BLOCKS, EpochOrder, OrderConfig, epoch_order
+from stoker.pipeline.order import EpochOrder, OrderConfig, epoch_order
 from stoker.pipeline.plan import (
     BLOCK_TARGET_BYTES,
-    GROUP_TARGET_BYTES,
     MIN_GROUPS,
     EpochPlan,
     chunks_covering,
+    group_blocks_for,
 )
 from stoker.pipeline.token_batcher import TokenBatcher, TokenConfig
 
@@ -233,9 +233,7 @@ def token_order(order: OrderConfig | None, *, units: int, unit_bytes: float) -> 
     block_size = order.block_size or min(token_block_size(unit_bytes), max(1, units // MIN_GROUPS))
     group_blocks = order.group_blocks
     if group_blocks is None:
-        blocks = -(-units // block_size)
-        per_group = round(GROUP_TARGET_BYTES / (block_size * max(unit_bytes, 1.0)))
-        group_blocks = max(1, min(DEFAULT_GROUP_BLOCKS, blocks // MIN_GROUPS, per_group))
+        group_blocks = group_blocks_for(block_size, units=units, unit_bytes=unit_bytes)
     return replace(order, block_size=block_size, group_blocks=group_blocks)
 
 
