@@ -1,5 +1,6 @@
 """One conformance suite for every kind of unit (issue 33): packed images, an unpacked
-folder, records (captions, JSON, npy), windows, a mix, tokens and tokens with documents.
+folder, records (captions, JSON, npy), windows, a mix, Parquet read in place, tokens and
+tokens with documents.
 
 Each property is one test body parametrized over ``KINDS``: the order is seeded and
 repeats; two ranks cover every unit once with equal batches; a resume mid-epoch equals the
@@ -96,6 +97,29 @@ def _mix(root: Path) -> Kind:
     return Kind(source, {"transform": CenterCrop(16)}, ids=("source", "index"))
 
 
+def _parquet(root: Path) -> Kind:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (root / "data").mkdir()
+    for file in range(2):
+        rng = np.random.default_rng(file)
+        rows = range(file * 20, file * 20 + 20 + file)  # 20 and 21 rows
+        table = pa.table(
+            {
+                "image": [
+                    {"bytes": make_jpeg(rng, width=24, height=20), "path": None} for _ in rows
+                ],
+                "caption": [f"caption {i}" for i in rows],
+                "label": [i % 3 for i in rows],
+            }
+        )
+        pq.write_table(
+            table, root / "data" / f"train-{file:05d}-of-00002.parquet", row_group_size=6
+        )
+    return Kind(str(root / "data"), {"transform": CenterCrop(16)})
+
+
 def _token_dataset(root: Path) -> str:
     rng = np.random.default_rng(7)
     docs = [(f"doc{i:04d}", rng.integers(2, 900, int(rng.integers(3, 40)))) for i in range(50)]
@@ -119,6 +143,7 @@ KINDS: dict[str, Callable[[Path], Kind]] = {
     "records": _records,
     "windows": _windows,
     "mix": _mix,
+    "parquet": _parquet,
     "tokens": _tokens,
     "documents": _documents,
 }

@@ -181,6 +181,9 @@ class SourceConfig:
             read by ranged GETs (through the disk cache, if any).
         tokens: Read token datasets as sequences of ``tokens.seq_len + 1`` tokens (what
             :class:`~stoker.TokenLoader` passes on); a token dataset needs it.
+        columns: For Parquet read in place (a ``.parquet`` file, or a folder or prefix of
+            them: :mod:`stoker.pipeline.parquet_source`), read only these columns: the
+            others' chunks are never fetched. None reads every column.
     """
 
     location: (
@@ -190,9 +193,13 @@ class SourceConfig:
     window: WindowConfig | None = None
     side_tables: Mapping[str, str] | None = None
     tokens: TokenConfig | None = None
+    columns: Sequence[str] | None = None
 
     def __post_init__(self) -> None:
         location = self.location
+        extras = self.mix, self.window, self.side_tables, self.tokens
+        if self.columns is not None and any(extra for extra in extras):
+            raise ValueError("columns go with one Parquet location alone (no mix, window, ...)")
         count = 1 if isinstance(location, str | os.PathLike | ShardDataset) else len(location)
         if count > 1 and self.mix is None:
             raise ValueError(

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from stoker.errors import BucketNotFoundError
+from stoker.errors import BucketNotFoundError, SourceError
 from stoker.format.reader import ShardDataset, open_dataset
 from stoker.format.sidetable import SideTable, open_side_table
 from stoker.pipeline.batcher import Batcher, BatcherSettings
@@ -219,12 +219,10 @@ def open_source(
             packed = open_dataset(location, storage_options=storage_options, cache_dir=node)
         except BucketNotFoundError:
             raise
-        except FileNotFoundError:  # no index: an image folder, or neither (said so)
-            from stoker.pipeline.folder import open_folder  # only for unpacked folders
-
-            return open_folder(
-                str(location), storage_options=storage_options, cache=cache, page_bytes=page_bytes
-            )
+        except FileNotFoundError:  # no index: Parquet, an image folder, or neither (said so)
+            return _in_place(str(location), config, storage_options, cache, page_bytes)
+        if config.columns is not None:
+            raise ValueError(f"{packed.url}: a packed dataset; columns= are for Parquet")
         location = packed
     inputs: list[str | os.PathLike[str] | ShardDataset] = (
         [location] if isinstance(location, str | os.PathLike | ShardDataset) else list(location)
@@ -321,3 +319,34 @@ def _open_table(
     if disk is not None:
         store = cache_reads(store, disk)
     return open_side_table(store, key)
+
+
+def _in_place(
+    location: str,
+    config: SourceConfig,
+    storage_options: Mapping[str, Any] | None,
+    cache: CacheConfig | None,
+    page_bytes: int,
+) -> Source:
+    """What is read where it lies, with no index: Parquet (a ``.parquet`` location, or
+    ``columns`` given, or a folder of Parquet files and no images) or an image folder."""
+    from stoker.format.foreign.locations import LocationReader
+    from stoker.format.foreign.parquet_files import PARQUET_SUFFIX, ParquetFiles
+    from stoker.pipeline.folder import open_folder  # only for unpacked folders
+    from stoker.pipeline.parquet_source import open_parquet
+
+    def parquet() -> Source:
+        return open_parquet(location, storage_options=storage_options, columns=config.columns)
+
+    if location.lower().endswith(PARQUET_SUFFIX) or config.columns is not None:
+        return parquet()
+    try:
+        return open_folder(
+            location, storage_options=storage_options, cache=cache, page_bytes=page_bytes
+        )
+    except FileNotFoundError as no_images:
+        try:
+            ParquetFiles(location, LocationReader(storage_options)).listed()
+        except SourceError:  # no Parquet either: the folder's own message says the way on
+            raise no_images from None
+    return parquet()
