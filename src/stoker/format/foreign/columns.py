@@ -1,8 +1,33 @@
 """How the columns of an Arrow table (a Parquet file's) become the members of a sample.
 
 :func:`plan_columns` looks at the schema once and gives each column a :class:`ColumnRule`;
-:func:`row_members` applies the rules to one row. The mapping is described in
-:class:`~stoker.format.foreign.parquet.ParquetReader`'s docstring.
+:func:`row_members` applies the rules to one row.
+
+Columns become members, in column order, by their Arrow type:
+
+- binary, whose values are images (by their bytes: JPEG, PNG, WebP): ``jpg``,
+  ``png`` or ``webp`` for a column named image, img, jpg, jpeg, png or webp (the first
+  such), else ``COLUMN.jpg`` ...; other bytes are ``COLUMN.bin``, except in that
+  column of images, where an image Pillow reads is named by its format (``gif``) and
+  anything else is an error naming the row;
+- the Hugging Face image and audio struct ``{bytes, path}``: its bytes, named as
+  binary is, except that bytes that are no image take the extension of ``path``
+  (``audio.flac``); a struct with a path and no bytes (not embedded) is an error;
+- string: ``txt`` for a column named txt, text or caption (the first such), else
+  ``COLUMN.txt`` (UTF-8);
+- integer, named label, cls, class or target (the first such): the sample's label,
+  and its ``cls`` member; class names come from the Hugging Face ``ClassLabel`` in
+  the file's metadata unless given;
+- string, named so: class names, the label each one's place among those given, else
+  among the column's distinct values sorted (as an image folder's class folders);
+- lists of numbers (nested lists too, or fixed-size lists): ``COLUMN.npy``, the
+  row's array in the column's dtype (``np.save``, no pickle); a ragged nested list or
+  one holding nulls is an error;
+- anything else (other numbers, booleans, dates, structs, maps, lists of strings):
+  ``COLUMN.json``.
+
+``COLUMN`` is the column's name, lower-cased, with characters other than letters,
+digits, ``_`` and ``-`` made ``_``. A null value gives no member for that row.
 """
 
 from __future__ import annotations

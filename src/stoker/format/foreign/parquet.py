@@ -6,7 +6,6 @@ group needs (never through a URL made from a listed key); a local one by pyarrow
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -26,6 +25,7 @@ from stoker.format.foreign.parquet_files import PARQUET_SUFFIX, ParquetFiles
 from stoker.format.foreign.parquet_labels import (
     check_rows,
     class_index,
+    class_label_names,
     numbered,
 )
 from stoker.format.foreign.rowgroups import DEFAULT_CACHE_BYTES, RowGroupCache
@@ -44,31 +44,11 @@ class ParquetReader:
     ``.parquet`` (dots made ``_``), ``_`` and its row number in the file:
     ``data/train-00000-of-00002_00000041``.
 
-    Columns become members, in column order, by their Arrow type:
-
-    - binary, whose values are images (by their bytes: JPEG, PNG, WebP): ``jpg``,
-      ``png`` or ``webp`` for a column named image, img, jpg, jpeg, png or webp (the first
-      such), else ``COLUMN.jpg`` ...; other bytes are ``COLUMN.bin``, except in that
-      column of images, where an image Pillow reads is named by its format (``gif``) and
-      anything else is an error naming the row;
-    - the Hugging Face image and audio struct ``{bytes, path}``: its bytes, named as
-      binary is, except that bytes that are no image take the extension of ``path``
-      (``audio.flac``); a struct with a path and no bytes (not embedded) is an error;
-    - string: ``txt`` for a column named txt, text or caption (the first such), else
-      ``COLUMN.txt`` (UTF-8);
-    - integer, named label, cls, class or target (the first such): the sample's label,
-      and its ``cls`` member; class names come from the Hugging Face ``ClassLabel`` in
-      the file's metadata unless given;
-    - string, named so: class names, the label each one's place among those given, else
-      among the column's distinct values sorted (as an image folder's class folders);
-    - lists of numbers (nested lists too, or fixed-size lists): ``COLUMN.npy``, the
-      row's array in the column's dtype (``np.save``, no pickle); a ragged nested list or
-      one holding nulls is an error;
-    - anything else (other numbers, booleans, dates, structs, maps, lists of strings):
-      ``COLUMN.json``.
-
-    ``COLUMN`` is the column's name, lower-cased, with characters other than letters,
-    digits, ``_`` and ``-`` made ``_``. A null value gives no member for that row.
+    Columns become members, in column order, by their Arrow type, as
+    :mod:`~stoker.format.foreign.columns` says (an image column's bytes are ``jpg``, a
+    caption ``txt``, an integer ``label`` the label and its ``cls`` member, lists of
+    numbers ``COLUMN.npy``, ...); class names come from the Hugging Face ``ClassLabel`` in
+    the file's metadata unless given. A null value gives no member for that row.
 
     Packing reads rows in a shuffled order: each row group is decoded once and kept in a
     cache of ``cache_bytes`` per process; a row group pushed out is decoded again when
@@ -327,7 +307,7 @@ class ParquetReader:
                 # Named as in the whole file (the first text column is txt, ...), so a
                 # selection gives the members a pack of the whole file gives.
                 rules = [rule for rule in rules if rule.column in self._columns]
-            self._names = _class_label_names(schema, rules)
+            self._names = class_label_names(schema, rules)
             self._rules = rules
         return self._rules
 
@@ -400,24 +380,6 @@ class ParquetReader:
             return None
         index = self._class_index() if self._string_labels() else None
         return numbered(location, column[0], column[1], index)
-
-
-def _class_label_names(schema: Any, rules: list[ColumnRule]) -> tuple[str, ...]:
-    # Hugging Face datasets keep a ClassLabel's names in the schema's "huggingface" metadata.
-    column = next((rule.column for rule in rules if rule.kind == "label"), None)
-    raw = (schema.metadata or {}).get(b"huggingface")
-    if column is None or raw is None:
-        return ()
-    try:
-        feature = json.loads(raw)["info"]["features"][column]
-    except (ValueError, KeyError, TypeError):
-        return ()
-    if not isinstance(feature, dict) or feature.get("_type") != "ClassLabel":
-        return ()
-    names = feature.get("names")
-    if not isinstance(names, list):
-        return ()
-    return tuple(str(name) for name in names)
 
 
 def _schema_text(schema: Any) -> str:

@@ -1,12 +1,15 @@
 """What a Parquet file's footer and label column may claim: rows bounded by the file's
-size, labels numbered (string labels as class names) and checked, each naming the row."""
+size, labels numbered (string labels as class names) and checked, each naming the row,
+and the class names of a Hugging Face ``ClassLabel`` in its metadata."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
 from stoker.errors import SourceError
+from stoker.format.foreign.columns import ColumnRule
 
 #: The most rows a file may claim per byte of it: a reference is made per row before any
 #: is read. (A row of one small number, run-length encoded, can take less; no dataset
@@ -65,3 +68,22 @@ def numbered(
             "below -1 (no label)"
         )
     return values
+
+
+def class_label_names(schema: Any, rules: list[ColumnRule]) -> tuple[str, ...]:
+    """The class names of the label column's Hugging Face ``ClassLabel``, or none."""
+    # Hugging Face datasets keep a ClassLabel's names in the schema's "huggingface" metadata.
+    column = next((rule.column for rule in rules if rule.kind == "label"), None)
+    raw = (schema.metadata or {}).get(b"huggingface")
+    if column is None or raw is None:
+        return ()
+    try:
+        feature = json.loads(raw)["info"]["features"][column]
+    except (ValueError, KeyError, TypeError):
+        return ()
+    if not isinstance(feature, dict) or feature.get("_type") != "ClassLabel":
+        return ()
+    names = feature.get("names")
+    if not isinstance(names, list):
+        return ()
+    return tuple(str(name) for name in names)
