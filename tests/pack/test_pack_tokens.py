@@ -331,9 +331,9 @@ def test_bucket_jsonl_in_small_chunks_parquet_and_concatenated_tokens(
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from stoker.pack import token_sources
+    from stoker.pack import token_text
 
-    monkeypatch.setattr(token_sources, "JSONL_CHUNK_BYTES", 7)  # lines cut across reads
+    monkeypatch.setattr(token_text, "JSONL_CHUNK_BYTES", 7)  # lines cut across reads
     texts = ["first text", "", "второй", "the third, longer than a chunk"]
     store = s3_bucket.store()
     store.put("j/a.jsonl", "\n".join(json.dumps({"text": t}) for t in texts).encode())

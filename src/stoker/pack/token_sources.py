@@ -11,7 +11,8 @@ The input is told by its names (:func:`find_token_inputs`):
   document's start, and the end): the documents are its slices.
 - ``.jsonl`` files (one JSON object a line, the text in ``text_field``) or ``.parquet``
   files (the text in the column ``text_field``): each line or row is a document, keyed by
-  the file's path without extension, ``_`` and its line (from 1) or row (from 0) number.
+  the file's path without extension, ``_`` and its line (from 1) or row (from 0) number
+  (read by :mod:`stoker.pack.token_text`).
 
 Every reader yields :class:`Item` in a fixed order; a bad document is an item with a
 ``problem`` (skipped or raised by the caller), a bad input as a whole (a missing column,
@@ -21,7 +22,6 @@ offsets that do not fit the tokens) raises.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import re
 from collections import deque
@@ -34,9 +34,7 @@ from typing import Any, Literal, cast
 import numpy as np
 
 from stoker.errors import SourceError
-from stoker.format.foreign.columns import import_pyarrow
 from stoker.format.foreign.locations import LocationReader, is_remote
-from stoker.format.foreign.parquet_files import ParquetFiles
 from stoker.format.foreign.walk import hidden, say_left_out, walk_local
 from stoker.format.records import decode_npy, read_npy_header
 from stoker.format.spec import ARRAYS_NAME, MANIFEST_NAME, check_key
@@ -52,10 +50,6 @@ BIN_DTYPES = ("uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32", "
 _DOCUMENTS = (".npy", ".bin")
 _JSONL = (".jsonl", ".ndjson")
 _PARQUET = (".parquet",)
-#: Bytes of a JSONL file read at once.
-JSONL_CHUNK_BYTES = 16 << 20
-#: Rows of a Parquet text column decoded at once.
-PARQUET_BATCH_ROWS = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,79 +332,6 @@ def _load_stream(f: InputFile, reader: LocationReader, dtype: np.dtype[Any] | No
     except ValueError as exc:
         raise ValueError(f"{f.location}: {exc}") from None
     return array
-
-
-def read_jsonl(
-    files: list[InputFile], reader: LocationReader, *, text_field: str
-) -> Iterator[Item]:
-    """One item of text per non-blank line of each JSONL file, read in chunks."""
-    for f in files:
-        for number, line in _lines(f, reader):
-            if not line.strip():
-                continue
-            key = document_key(f.relative, f"_{number:08d}")
-            where = f"{f.location} line {number}"
-            try:
-                record = json.loads(line)
-            except (ValueError, RecursionError) as exc:
-                yield Item(key, where, problem=f"not JSON: {exc}")
-                continue
-            if not isinstance(record, dict) or text_field not in record:
-                yield Item(key, where, problem=f"no {text_field!r} field")
-            elif not isinstance(record[text_field], str):
-                kind = type(record[text_field]).__name__
-                yield Item(key, where, problem=f"{text_field!r} is a {kind}, not text")
-            else:
-                yield Item(key, where, record[text_field])
-
-
-def _lines(f: InputFile, reader: LocationReader) -> Iterator[tuple[int, bytes]]:
-    rest, number, position = b"", 0, 0
-    while position < f.size:
-        data = reader.read(f.location, position, min(JSONL_CHUNK_BYTES, f.size - position))
-        position += len(data)
-        lines = (rest + data).split(b"\n")
-        rest = lines.pop()
-        for line in lines:
-            number += 1
-            yield number, line
-    if rest:
-        yield number + 1, rest
-
-
-def read_parquet(
-    files: list[InputFile], reader: LocationReader, *, text_field: str
-) -> Iterator[Item]:
-    """One item of text per row of each Parquet file's ``text_field`` column (only that
-    column is read; a bucket's file through ranged reads).
-
-    Raises:
-        ValueError: A file without that column, or with one that is not text.
-    """
-    pa = import_pyarrow()
-    listed = [(f.location, f.relative, f.size) for f in files]
-    parquet_files = ParquetFiles.of(files[0].location if files else "", listed, reader)
-    for f in files:
-        parquet, _ = parquet_files.open(f.location)
-        schema = parquet.schema_arrow
-        if text_field not in schema.names:
-            raise ValueError(
-                f"{f.location}: no column {text_field!r} (columns: {schema.names[:20]}); "
-                "name the text column (--text-field)"
-            )
-        kind = schema.field(text_field).type
-        if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
-            raise ValueError(f"{f.location}: column {text_field!r} is {kind}, not text")
-        row = 0
-        for batch in parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=[text_field]):
-            for text in batch.column(0).to_pylist():
-                key = document_key(f.relative, f"_{row:08d}")
-                where = f"{f.location} row {row}"
-                if text is None:
-                    yield Item(key, where, problem=f"null {text_field!r}")
-                else:
-                    yield Item(key, where, text)
-                row += 1
 
 
 def ordered_map(

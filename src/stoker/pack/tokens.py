@@ -48,11 +48,10 @@ from stoker.pack.token_sources import (
     find_token_inputs,
     read_concatenated,
     read_documents,
-    read_jsonl,
-    read_parquet,
 )
 from stoker.pack.token_staging import Staging
 from stoker.pack.token_summary import TokenSummary, summarise_tokens
+from stoker.pack.token_text import read_jsonl, read_parquet
 from stoker.pack.tokenizers import TOKENIZE_BATCH, Tokenizer, load_tokenizer, tokenized
 from stoker.storage import Store, open_store
 
