@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Any
 
 import click
 
@@ -21,7 +22,7 @@ from stoker.format.reader import open_dataset
 from stoker.format.spec import DEFAULT_MAX_PIXELS, MAX_PREFIXES
 from stoker.pack.indexer import index_webdataset
 from stoker.pack.limits import check_workers
-from stoker.pack.packer import DEFAULT_SHARD_BYTES, PackConfig, pack
+from stoker.pack.packer import DEFAULT_SHARD_BYTES, PackConfig, PackReport, pack
 from stoker.pack.reencode import ImagePolicy
 from stoker.pack.sources import FORMATS
 
@@ -184,28 +185,13 @@ def pack_command(
         check_workers(workers)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--workers") from None
-    config = PackConfig(
-        max_shard_bytes=shard_size,
-        samples_per_shard=samples_per_shard,
-        images=ImagePolicy(
-            resize_shorter=resize_shorter,
-            max_side=max_side,
-            quality=quality,
-            max_pixels=max_pixels,
-        ),
-        shuffle_seed=None if keep_order else shuffle_seed,
-        workers=workers,
-        engine=engine,  # type: ignore[arg-type]
-        on_error=on_error,  # type: ignore[arg-type]
-        prefixes=prefixes,
-    )
     show = not no_progress and not as_json and sys.stderr.isatty()
     bar, progress = pack_bar("samples", enabled=show)
     with bar:
         report = pack(
             src,
             dst_url,
-            config=config,
+            config=_pack_config(ctx.params),
             source_format=source_format,
             storage_options=_storage(ctx),
             progress=progress,
@@ -214,18 +200,41 @@ def pack_command(
         )
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=2))
-        return
+    else:
+        _say_packed(report)
+
+
+def _pack_config(params: dict[str, Any]) -> PackConfig:
+    """The PackConfig of ``stoker pack``'s options."""
+    return PackConfig(
+        max_shard_bytes=params["shard_size"],
+        samples_per_shard=params["samples_per_shard"],
+        images=ImagePolicy(
+            resize_shorter=params["resize_shorter"],
+            max_side=params["max_side"],
+            quality=params["quality"],
+            max_pixels=params["max_pixels"],
+        ),
+        shuffle_seed=None if params["keep_order"] else params["shuffle_seed"],
+        workers=params["workers"],
+        engine=params["engine"],
+        on_error=params["on_error"],
+        prefixes=params["prefixes"],
+    )
+
+
+def _say_packed(report: PackReport) -> None:
+    """A pack's report for a reader: what was read and written, retries, what was skipped."""
     click.echo(f"Read {report.source} as {report.source_format}.")
+    reused = (
+        f"; {report.shards_reused} shards reused from an earlier run"
+        if report.shards_reused
+        else ""
+    )
     click.echo(
         f"Packed {report.samples:,} samples into {report.shards} shards at {report.destination} "
         f"in {report.seconds:.1f} s ({report.samples / max(report.seconds, 1e-9):,.0f} samples/s); "
-        f"read {format_bytes(report.bytes_in)}, wrote {format_bytes(report.bytes_out)}"
-        + (
-            f"; {report.shards_reused} shards reused from an earlier run"
-            if report.shards_reused
-            else ""
-        )
-        + "."
+        f"read {format_bytes(report.bytes_in)}, wrote {format_bytes(report.bytes_out)}{reused}."
     )
     retries = sum(side.get("retries", 0) for side in report.requests.values())
     if retries:
