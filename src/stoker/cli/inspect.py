@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import click
 from rich.console import Console
@@ -11,8 +12,11 @@ from rich.table import Table
 
 from stoker.cli.common import handle_errors, printable
 from stoker.cli.common import storage_options as _storage
+from stoker.cli.parquet import inspect_parquet
 from stoker.cli.tokens import inspect_tokens
 from stoker.core.units import format_bytes
+from stoker.errors import SourceError
+from stoker.format.foreign.parquet_summary import ParquetSummary, summarise_parquet
 from stoker.format.reader import ShardDataset, open_dataset
 from stoker.pack.token_summary import summarise_tokens
 from stoker.pipeline.order import assign
@@ -44,16 +48,25 @@ from stoker.profile.fields import DEFAULT_SUMMARY_SAMPLES, FieldSummary, summari
 def inspect_command(
     ctx: click.Context, url: str, field_samples: int, seq_len: int, as_json: bool
 ) -> None:
-    """Summarise a packed dataset: samples, fields, classes and shards.
+    """Summarise a packed dataset (samples, fields, classes, shards) or a Parquet table.
 
     Each field (member extension) is listed with how many samples have it, how the Loader
     decodes it and under which batch name, its mean size and what the first samples hold
     (str lengths, array dtypes and shapes, JSON keys). Two GETs for the index, one ranged
     GET for the first samples. A token dataset shows its tokens, documents (mean, min and
     max length), dtype, end-of-text id, shards and the sequences of --seq-len an epoch
-    holds (tokens // (seq_len + 1)), from the index alone.
+    holds (tokens // (seq_len + 1)), from the index alone. A Parquet file, or a folder or
+    prefix of them, shows its rows, row groups, files and each column's type, sample field,
+    bytes stored and decoded and nulls, from the footers alone (one GET a file).
     """
-    dataset = open_dataset(url, storage_options=_storage(ctx))
+    try:
+        dataset = open_dataset(url, storage_options=_storage(ctx))
+    except FileNotFoundError:
+        parquet = _parquet_summary(url, _storage(ctx))
+        if parquet is None:
+            raise
+        inspect_parquet(parquet, as_json=as_json)
+        return
     if dataset.index.tokens is not None:
         inspect_tokens(
             summarise_tokens(dataset.url, dataset.index.tokens, dataset.index, seq_len=seq_len),
@@ -105,6 +118,14 @@ def inspect_command(
     console.print(shards)
     if len(dataset.shards) > 50:
         console.print(f"... and {len(dataset.shards) - 50} more shards (--json lists all)")
+
+
+def _parquet_summary(url: str, options: dict[str, Any] | None) -> ParquetSummary | None:
+    """The summary of the Parquet table at ``url``, or None where there is none."""
+    try:
+        return summarise_parquet(url, storage_options=options)
+    except (SourceError, ImportError):
+        return None
 
 
 def _class_counts(dataset: ShardDataset) -> dict[str, int]:

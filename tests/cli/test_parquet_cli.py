@@ -1,0 +1,66 @@
+"""stoker inspect of Parquet read in place: rows, row groups, files and each column's type,
+field and bytes, from the footers alone (one GET a file), on the test server."""
+
+from __future__ import annotations
+
+import io
+import json
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+from stoker.cli.main import cli
+
+
+@pytest.fixture
+def env(s3_bucket: Any) -> dict[str, str]:
+    options = s3_bucket.options()
+    return {
+        "AWS_ENDPOINT_URL": options["endpoint_url"],
+        "AWS_ACCESS_KEY_ID": options["access_key_id"],
+        "AWS_SECRET_ACCESS_KEY": options["secret_access_key"],
+        "AWS_REGION": "us-east-1",
+        "AWS_ALLOW_HTTP": "true",
+    }
+
+
+def test_inspect_summarises_a_parquet_table_from_its_footers(
+    s3_bucket: Any, env: dict[str, str]
+) -> None:
+    store = s3_bucket.store()
+    tables = []
+    for file in range(2):
+        table = pa.table(
+            {
+                "image": [{"bytes": bytes([file, i]) * 400, "path": None} for i in range(30)],
+                "caption": [f"caption {i}" if i % 5 else None for i in range(30)],
+                "label": list(range(30)),
+            }
+        )
+        out = io.BytesIO()
+        pq.write_table(table, out, row_group_size=8)
+        store.put(f"data/train-{file:05d}-of-00002.parquet", out.getvalue())
+        tables.append(pq.ParquetFile(io.BytesIO(out.getvalue())).metadata)
+    url = f"{s3_bucket.url}/data"
+    result = CliRunner(env=env).invoke(cli, ["inspect", url, "--json"])
+    assert result.exit_code == 0, result.output
+    seen = json.loads(result.output)
+    assert (seen["rows"], seen["row_groups"], len(seen["files"])) == (60, 8, 2)
+    assert seen["requests"]["requests.get"] <= 2 * 2  # a footer a file (at most two reads)
+    columns = {c["name"]: c for c in seen["columns"]}
+    assert columns["caption"]["field"] == "txt"
+    assert columns["caption"]["nulls"] == 12
+    assert columns["label"]["field"] == "label (cls)"
+    stored = sum(
+        m.row_group(g).column(i).total_compressed_size
+        for m in tables
+        for g in range(m.num_row_groups)
+        for i in range(m.num_columns)
+    )
+    assert sum(c["stored_bytes"] for c in seen["columns"]) == stored
+    text = CliRunner(env=env).invoke(cli, ["inspect", url])
+    assert text.exit_code == 0, text.output
+    assert "60 rows in 8 row groups of 2 files" in text.output
