@@ -64,3 +64,32 @@ def test_inspect_summarises_a_parquet_table_from_its_footers(
     text = CliRunner(env=env).invoke(cli, ["inspect", url])
     assert text.exit_code == 0, text.output
     assert "60 rows in 8 row groups of 2 files" in text.output
+
+
+def test_show_and_bench_read_a_parquet_table_in_place(
+    s3_bucket: Any, env: dict[str, str], tmp_path: Any
+) -> None:
+    import numpy as np
+
+    from stoker.testing.images import make_jpeg
+
+    rng = np.random.default_rng(0)
+    table = pa.table(
+        {
+            "image": [
+                {"bytes": make_jpeg(rng, width=32, height=24), "path": None} for _ in range(20)
+            ],
+            "label": [i % 2 for i in range(20)],
+        }
+    )
+    out = io.BytesIO()
+    pq.write_table(table, out, row_group_size=5)
+    s3_bucket.store().put("data/train.parquet", out.getvalue())
+    url = f"{s3_bucket.url}/data"
+    runner = CliRunner(env=env)
+    shown = runner.invoke(cli, ["show", url, "--out", str(tmp_path / "grid.png")])
+    assert shown.exit_code == 0, shown.output
+    assert (tmp_path / "grid.png").stat().st_size > 0
+    timed = runner.invoke(cli, ["bench", url, "--batches", "2", "--batch-size", "4"])
+    assert timed.exit_code == 0, timed.output
+    assert "samples in" in timed.output
