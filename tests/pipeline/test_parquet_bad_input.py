@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from stoker import DecodeConfig, SourceConfig
+from stoker import CacheConfig, DecodeConfig, SourceConfig
 from stoker.errors import SourceError
 from stoker.pipeline.loader import Loader
 
@@ -119,3 +119,14 @@ def test_a_missing_column_is_named_with_the_columns_there(s3_bucket: Any) -> Non
             storage_options=options,
             batch_size=4,
         )
+
+
+def test_a_footer_claiming_more_than_the_object_is_refused_before_it_is_read(
+    s3_bucket: Any, tmp_path: Any
+) -> None:
+    good = _bytes(_table())
+    lying = good[:-8] + (1 << 30).to_bytes(4, "little") + b"PAR1"  # claims a 1 GiB footer
+    url, options = _put(s3_bucket, {"a.parquet": lying})
+    cache = CacheConfig(dir=str(tmp_path / "cache"))
+    with pytest.raises(SourceError, match=r"a\.parquet: .*footer claims 1,073,741,824 bytes"):
+        Loader(SourceConfig(url), storage_options=options, batch_size=4, cache=cache)

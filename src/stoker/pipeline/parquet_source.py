@@ -29,6 +29,7 @@ place saves the copy.
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -37,12 +38,14 @@ import numpy as np
 
 from stoker.errors import SourceError
 from stoker.format.foreign.base import SampleRef
+from stoker.format.foreign.locations import is_remote
 from stoker.format.foreign.parquet import ParquetReader
 from stoker.format.reader import member_entry
 from stoker.pipeline.batcher import Batcher, BatcherSettings
 from stoker.pipeline.batching import BatchAssembler
 from stoker.pipeline.order import EpochOrder, OrderConfig, epoch_order
 from stoker.storage.base import Store
+from stoker.storage.cache import DiskCache
 
 
 class ParquetDataset:
@@ -225,6 +228,7 @@ def open_parquet(
     *,
     storage_options: Mapping[str, Any] | None,
     columns: Sequence[str] | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
 ) -> ParquetSource:
     """Open a Parquet file, or a folder or bucket prefix of them, as a Loader's source.
 
@@ -232,6 +236,8 @@ def open_parquet(
         url: The file, folder or prefix.
         storage_options: See :func:`stoker.open_store`.
         columns: Read only these columns; None reads every column.
+        cache_dir: The node's disk cache (``CacheConfig.dir``): a bucket's listing and
+            footers are read by one process of the node and kept there for the others.
 
     Raises:
         SourceError: No Parquet files; a file that cannot be read, claims more rows than
@@ -239,10 +245,14 @@ def open_parquet(
             the files do not have (each named).
         ImportError: pyarrow is not installed (``pip install 'stoker[parquet]'``).
     """
+    footers = None
+    if cache_dir is not None and is_remote(str(url)):
+        footers = DiskCache(cache_dir, max_bytes=1 << 62)  # listing and footers: small
     reader = ParquetReader(
         str(url),
         storage_options=storage_options,
         cache_bytes=None,  # a block is a whole row group, read at once: none kept
         columns=columns,
+        footer_cache=footers,
     )
     return ParquetSource(ParquetDataset(reader, reader.refs()))

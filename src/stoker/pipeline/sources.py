@@ -336,7 +336,10 @@ def _in_place(
     from stoker.pipeline.parquet_source import open_parquet
 
     def parquet() -> Source:
-        return open_parquet(location, storage_options=storage_options, columns=config.columns)
+        cache_dir = cache.dir if cache is not None else None
+        return open_parquet(
+            location, storage_options=storage_options, columns=config.columns, cache_dir=cache_dir
+        )
 
     if location.lower().endswith(PARQUET_SUFFIX) or config.columns is not None:
         return parquet()

@@ -30,6 +30,7 @@ from stoker.format.foreign.parquet_labels import (
 )
 from stoker.format.foreign.rowgroups import DEFAULT_CACHE_BYTES, RowGroupCache
 from stoker.storage import StorageOptions, Store
+from stoker.storage.cache import DiskCache
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +67,8 @@ class ParquetReader:
             being read, for a reader of whole row groups (:meth:`read_group`).
         columns: Read only these columns (each row group's chunks of the others are never
             fetched); None reads every column.
+        footer_cache: The node's disk cache, to read a bucket's listing and footers once a
+            node (see :class:`ParquetFiles`).
 
     Raises:
         ImportError: pyarrow is not installed (``pip install 'stoker[parquet]'``).
@@ -79,6 +82,7 @@ class ParquetReader:
         class_names: Sequence[str] | None = None,
         cache_bytes: int | None = DEFAULT_CACHE_BYTES,
         columns: Sequence[str] | None = None,
+        footer_cache: DiskCache | None = None,
     ) -> None:
         import_pyarrow()
         self._columns = tuple(columns) if columns is not None else None
@@ -86,7 +90,7 @@ class ParquetReader:
         self._locations = LocationReader(storage_options)
         self._given_names = tuple(class_names) if class_names else None
         self._cache_bytes = cache_bytes
-        self._parquet = ParquetFiles(self._location, self._locations)
+        self._parquet = ParquetFiles(self._location, self._locations, cache=footer_cache)
         self._rules: list[ColumnRule] | None = None
         self._names: tuple[str, ...] = ()
         self._label_index: dict[str, int] | None = None  # for a column of string labels

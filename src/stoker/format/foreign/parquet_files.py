@@ -5,6 +5,7 @@ read once) and kept, locally by pyarrow, in a bucket through ranged reads of the
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import threading
@@ -14,9 +15,12 @@ from typing import Any
 from stoker.errors import SourceError
 from stoker.format.foreign.columns import import_pyarrow
 from stoker.format.foreign.locations import LocationReader, ObjectFile, is_remote
+from stoker.format.foreign.parquet_footers import footer_metadata
 from stoker.format.foreign.walk import hidden, say_left_out, walk_local
 from stoker.storage import Store, open_store, parse_url
 from stoker.storage.base import key_problem
+from stoker.storage.cache import DiskCache
+from stoker.storage.cache_once import fetch_once
 
 logger = logging.getLogger(__name__)
 
@@ -32,13 +36,20 @@ class ParquetFiles:
         location: A ``.parquet`` file or object, or a folder or bucket prefix of them.
         locations: The reader of the stores objects are read through (its counters count
             the requests).
+        cache: The node's disk cache: a bucket's listing and footers are read once for the
+            node and kept there (:mod:`~stoker.format.foreign.parquet_footers`); None reads
+            them once per process.
     """
 
-    def __init__(self, location: str, locations: LocationReader) -> None:
+    def __init__(
+        self, location: str, locations: LocationReader, *, cache: DiskCache | None = None
+    ) -> None:
         self._location = location.rstrip("/")
         self._locations = locations
+        self._cache = cache
         #: location -> (store root URL, key, size) of each file in a bucket.
         self._objects: dict[str, tuple[str, str, int]] = {}
+        self._etags: dict[str, str | None] = {}
         self._found: list[tuple[str, str]] | None = None  # (location, relative name)
         self._handles: dict[str, tuple[Any, threading.Lock]] = {}
         self._handles_lock = threading.Lock()
@@ -47,6 +58,7 @@ class ParquetFiles:
         state = dict(self.__dict__)
         state.pop("_handles")
         state.pop("_handles_lock")
+        state["_cache"] = None  # another process reads the footers itself
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -83,7 +95,12 @@ class ParquetFiles:
 
     def listed(self) -> list[tuple[str, str]]:
         if self._found is None:
-            found = self._list_remote() if is_remote(self._location) else self._list_local()
+            if not is_remote(self._location):
+                found = self._list_local()
+            elif self._cache is None:
+                found = self._list_remote()
+            else:
+                found = self._list_remote_once(self._cache)
             if not found:
                 raise SourceError(f"{self._location}: no {PARQUET_SUFFIX} files found")
             _warn_of_splits(self._location, [name for _, name in found])
@@ -102,15 +119,37 @@ class ParquetFiles:
                 return found
             pa = import_pyarrow()
             source: Any = location.removeprefix("file://")
+            metadata = None
             if location in self._objects:
                 root, key, size = self._objects[location]
-                source = ObjectFile(self._locations.store_at(root), key, size)
+                store = self._locations.store_at(root)
+                source = ObjectFile(store, key, size)
+                if self._cache is not None:
+                    etag = self._etags.get(location)
+                    where, cache = location, self._cache
+                    metadata = footer_metadata(
+                        store, key, size, where=where, etag=etag, cache=cache
+                    )
             try:
-                parquet = pa.parquet.ParquetFile(source)
+                parquet = pa.parquet.ParquetFile(source, metadata=metadata)
             except (OSError, ValueError, pa.ArrowException) as exc:
                 raise SourceError(f"{location}: cannot read as Parquet: {exc}") from exc
             found = self._handles[location] = (parquet, threading.Lock())
             return found
+
+    def _list_remote_once(self, cache: DiskCache) -> list[tuple[str, str]]:
+        """A bucket's listing, made by one process of the node and kept in ``cache``."""
+
+        def listing() -> bytes:
+            found = self._list_remote()
+            rows = [[at, name, *self._objects[at], self._etags.get(at)] for at, name in found]
+            return json.dumps(rows).encode()
+
+        rows = json.loads(fetch_once(cache, f"parquet-listing\0{self._location}", listing))
+        for at, _, root, key, size, etag in rows:
+            self._objects[at] = (root, key, int(size))
+            self._etags[at] = etag
+        return [(at, name) for at, name, *_ in rows]
 
     def _list_local(self) -> list[tuple[str, str]]:
         root = Path(self._location.removeprefix("file://"))
@@ -156,6 +195,7 @@ class ParquetFiles:
                 )
             location = f"{self._location}/{meta.key}"
             self._objects[location] = (self._location, meta.key, meta.size)
+            self._etags[location] = meta.etag
             found.append((location, meta.key))
         say_left_out(logger, self._location, left_out)
         return sorted(found, key=lambda item: item[1])
