@@ -44,6 +44,7 @@ from stoker.format.reader import member_entry
 from stoker.pipeline.batcher import Batcher, BatcherSettings
 from stoker.pipeline.batching import BatchAssembler
 from stoker.pipeline.order import EpochOrder, OrderConfig, epoch_order
+from stoker.pipeline.source import Source
 from stoker.storage.base import Store
 from stoker.storage.cache import DiskCache
 
@@ -200,11 +201,22 @@ class ParquetSource:
     def make_batcher(self, settings: BatcherSettings) -> Batcher:
         return BatchAssembler.for_source(self, settings)
 
+    @property
+    def shard_sizes(self) -> list[int]:
+        """Rows in each row group: the shards of the order."""
+        return self.dataset.group_rows
+
+    def mix_batcher(
+        self, mix: Source, parts: Sequence[object], settings: BatcherSettings
+    ) -> Batcher:
+        """The batcher of ``mix``, a mix of this table and ``parts`` (samples all)."""
+        return BatchAssembler.for_source(mix, settings)
+
     def shard_of(self, unit: int) -> str | None:
         return self.dataset.group_name(unit)
 
     def epoch_order(self, config: OrderConfig, epoch: int) -> EpochOrder:
-        return epoch_order(self.dataset.group_rows, config=config, epoch=epoch)
+        return epoch_order(self.shard_sizes, config=config, epoch=epoch)
 
     def units(self) -> int:
         return len(self.dataset)

@@ -28,7 +28,7 @@ import asyncio
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -43,7 +43,8 @@ from stoker.pipeline.mixing import MixConfig, MixedOrder, mixed_epoch_order, sou
 from stoker.pipeline.order import EpochOrder, OrderConfig
 from stoker.pipeline.plan import block_size_for
 from stoker.pipeline.source import Source as Source
-from stoker.pipeline.tokens import TokenSource, token_block_size, token_sources
+from stoker.pipeline.source import SourceDataset
+from stoker.pipeline.tokens import token_block_size, token_sources
 from stoker.pipeline.window_source import WindowSource as WindowSource
 from stoker.pipeline.windows import (
     WindowConfig,
@@ -51,6 +52,22 @@ from stoker.pipeline.windows import (
 from stoker.storage.cache import DiskCache
 from stoker.storage.cached import cache_reads
 from stoker.storage.open import open_store
+
+
+class MixPart(Source, Protocol):
+    """A source a mix can take: its units in shards (blocks never cross them), and the
+    batcher of a mix of it and others of its kind."""
+
+    @property
+    def shard_sizes(self) -> list[int]:
+        """Units in each shard (a Parquet table's row groups)."""
+        ...
+
+    def mix_batcher(
+        self, mix: Source, parts: Sequence[object], settings: BatcherSettings
+    ) -> Batcher:
+        """The batcher of ``mix``, a mix of this source and ``parts``."""
+        ...
 
 
 class MixedSource:
@@ -70,15 +87,15 @@ class MixedSource:
 
     def __init__(
         self,
-        sources: Sequence[DatasetSource] | Sequence[TokenSource],
+        sources: Sequence[MixPart],
         mix: MixConfig,
         block_sizes: Sequence[int],
     ) -> None:
         if mix.sources != len(sources):
             raise ValueError(f"mix is for {mix.sources} sources, but {len(sources)} were given")
-        if len({type(s) for s in sources}) > 1:
+        if len({s.row_fields is None for s in sources}) > 1:  # token rows, or samples
             raise ValueError("a mix's sources must have units of one kind (samples or tokens)")
-        self.sources: list[DatasetSource | TokenSource] = list(sources)
+        self.sources: list[MixPart] = list(sources)
         self.mix = mix
         self.block_sizes = list(block_sizes)
         sizes = [s.units() for s in self.sources]
@@ -90,7 +107,7 @@ class MixedSource:
         return " + ".join(s.url for s in self.sources)
 
     @property
-    def datasets(self) -> list[ShardDataset]:
+    def datasets(self) -> list[SourceDataset]:
         return [d for s in self.sources for d in s.datasets]
 
     @property
@@ -227,12 +244,9 @@ def open_source(
     inputs: list[str | os.PathLike[str] | ShardDataset] = (
         [location] if isinstance(location, str | os.PathLike | ShardDataset) else list(location)
     )
-    datasets = [
-        item
-        if isinstance(item, ShardDataset)
-        else open_dataset(item, storage_options=storage_options, cache_dir=node)
-        for item in inputs
-    ]
+    opened = [_open_part(item, config, storage_options, cache, node) for item in inputs]
+    in_place = {n: part for n, part in enumerate(opened) if not isinstance(part, ShardDataset)}
+    datasets = [part for part in opened if isinstance(part, ShardDataset)]
     if config.tokens is not None:
         page_bytes = BLOCK_PAGE_BYTES  # sequences are read in runs of blocks, never alone
     datasets, disk = _through_cache(datasets, cache, page_bytes)
@@ -242,12 +256,47 @@ def open_source(
         name: _open_table(url, storage_options, disk)
         for name, url in (config.side_tables or {}).items()
     }
-    sources = [DatasetSource(d, tables if n == 0 else None) for n, d in enumerate(datasets)]
+    packed_parts: list[MixPart] = [
+        DatasetSource(d, tables if n == 0 else None) for n, d in enumerate(datasets)
+    ]
+    sources = [in_place.get(n) or packed_parts.pop(0) for n in range(len(opened))]
     if config.mix is not None:
-        return MixedSource(sources, config.mix, [block_size_for(s.unit_bytes()) for s in sources])
+        return MixedSource(sources, config.mix, [_block_size(s) for s in sources])
+    if not isinstance(sources[0], DatasetSource):  # only a mix reaches here with one
+        raise ValueError(f"{sources[0].url}: windows and side tables need a packed dataset")
     if config.window is not None:
         return _window_source(sources[0], config.window)
     return sources[0]
+
+
+def _open_part(
+    item: str | os.PathLike[str] | ShardDataset,
+    config: SourceConfig,
+    storage_options: Mapping[str, Any] | None,
+    cache: CacheConfig | None,
+    node: str | os.PathLike[str] | None,
+) -> ShardDataset | MixPart:
+    """One location of a mix (or windows, side tables): a packed dataset, or in a mix
+    a Parquet table read in place."""
+    if isinstance(item, ShardDataset):
+        return item
+    try:
+        return open_dataset(item, storage_options=storage_options, cache_dir=node)
+    except FileNotFoundError:
+        if config.mix is None or config.tokens is not None:
+            raise
+    from stoker.pipeline.parquet_source import open_parquet  # only for Parquet parts
+
+    return open_parquet(str(item), storage_options=storage_options, cache_dir=node)
+
+
+def _block_size(source: MixPart) -> int:
+    """A part's units per block: its own default (a Parquet table's row group), else
+    about the bytes the Loader aims a block at."""
+    order = source.order_defaults(
+        OrderConfig(), units=source.units(), unit_bytes=source.unit_bytes()
+    )
+    return order.block_size or block_size_for(source.unit_bytes())
 
 
 def _through_cache(
