@@ -22,10 +22,11 @@ from typing import Any
 
 import numpy as np
 
-from stoker.core.checks import check_bool, check_int
+from stoker.core.checks import check_bool, check_choice, check_int
 from stoker.core.metrics import Stage, Stages
 from stoker.pipeline.batch_arrays import BatchArrays
 from stoker.pipeline.pending import PendingBatch
+from stoker.pipeline.token_packing import DEFAULT_PACKING_WINDOW, PACKING_MODES, PackingMode
 
 #: Output dtypes of ``input_ids``, ``labels`` and ``targets`` a TokenLoader makes.
 OUTPUT_DTYPES = ("int64", "int32", "uint32", "uint16")
@@ -42,22 +43,55 @@ class TokenConfig:
             (document boundaries, from the index).
         dtype: dtype of ``input_ids``, ``labels`` and ``targets`` (``int64`` is what torch
             embeddings take).
+        packing: ``"concat"`` (or None): sequences cut from the concatenated stream;
+            ``"best-fit"``: documents placed whole into sequences, the rest padded
+            (:mod:`~stoker.pipeline.token_packing`; needs a signed ``dtype``, since
+            padding is ``-100`` in ``labels`` and ``targets``).
+        pad_id: The id of padding in ``input_ids`` with ``"best-fit"``; None takes the
+            dataset's end-of-text id (a dataset packed without one needs it given).
+        packing_window: Documents (consecutive in the stream) packed together with
+            ``"best-fit"``.
     """
 
     seq_len: int
     documents: bool = False
     dtype: str = "int64"
+    packing: PackingMode | None = "concat"
+    pad_id: int | None = None
+    packing_window: int = DEFAULT_PACKING_WINDOW
 
     def __post_init__(self) -> None:
         check_int("seq_len", self.seq_len, minimum=1)
         check_bool("documents", self.documents)
         if self.dtype not in OUTPUT_DTYPES:
             raise ValueError(f"dtype must be one of {OUTPUT_DTYPES}, got {self.dtype!r}")
+        if self.packing is None:
+            object.__setattr__(self, "packing", "concat")
+        check_choice("packing", self.packing, PACKING_MODES)
+        check_int("packing_window", self.packing_window, minimum=1)
+        if self.pad_id is not None:
+            check_int("pad_id", self.pad_id, minimum=0)
+        if not self.packed:
+            if self.pad_id is not None:
+                raise ValueError("pad_id pads packed sequences: give packing='best-fit'")
+            return
+        if np.dtype(self.dtype).kind != "i":
+            raise ValueError(
+                f"packing='best-fit' masks padding with -100 in labels and targets: "
+                f"dtype must be 'int64' or 'int32', got {self.dtype!r}"
+            )
+        if self.pad_id is not None and self.pad_id > np.iinfo(np.dtype(self.dtype)).max:
+            raise ValueError(f"pad_id={self.pad_id} does not fit dtype={self.dtype!r}")
 
     @property
     def span(self) -> int:
         """Stream tokens per sequence: ``seq_len + 1``."""
         return self.seq_len + 1
+
+    @property
+    def packed(self) -> bool:
+        """Whether documents are packed whole (``packing="best-fit"``)."""
+        return self.packing == "best-fit"
 
 
 #: Batches' arrays the batcher keeps for reuse (the torch adapter holds two batches).
@@ -93,6 +127,7 @@ class TokenBatcher:
         self.dtype = np.dtype(config.dtype)
         self.arrays = BatchArrays(keep=KEEP_ARRAYS)
         self._flat = np.zeros(0, dtype=np.int64)
+        self._pad_id = 0 if config.pad_id is None else config.pad_id
 
     @property
     def workers(self) -> None:
@@ -120,10 +155,11 @@ class TokenBatcher:
             batch["source"] = np.fromiter(
                 (unit["source"] for unit in raw), dtype=np.int64, count=len(raw)
             )
+        if self.config.packed:
+            real = np.fromiter((u["real"] for u in raw), dtype=np.int64, count=len(raw))
+            mask_padding(inputs, labels, targets, real, pad_id=self._pad_id)
         if self.config.documents:
-            sequences = np.fromiter((u["sequence"] for u in raw), dtype=np.int64, count=len(raw))
-            sources = batch["source"] if self.mixed else np.zeros(len(raw), dtype=np.int64)
-            batch.update(self._documents(sequences, sources))
+            batch.update(self._documents(raw, batch.get("source")))
         self.stages.record(
             Stage.COLLATE, time.perf_counter() - started, start_s=started, items=len(raw)
         )
@@ -150,18 +186,54 @@ class TokenBatcher:
             np.copyto(out[2], out[0])
         return out[0], out[2], out[1]
 
-    def _documents(self, sequences: np.ndarray, sources: np.ndarray) -> dict[str, Any]:
+    def _documents(self, raw: list[dict[str, Any]], sources: np.ndarray | None) -> dict[str, Any]:
         seq_len = self.config.seq_len
-        size = len(sequences) * seq_len
+        size = len(raw) * seq_len
         if len(self._flat) != size:  # one batch shape all epoch (a last one may differ)
             self._flat = np.arange(size, dtype=np.int64)
+        if self.config.packed:
+            cuts = packed_cuts([u["pieces"] for u in raw], seq_len=seq_len)
+            return boundaries_from_cuts(cuts, rows=len(raw), seq_len=seq_len, flat=self._flat)
+        sequences = np.fromiter((u["sequence"] for u in raw), dtype=np.int64, count=len(raw))
         return document_boundaries(
             sequences * self.config.span,
-            sources,
+            np.zeros(len(raw), dtype=np.int64) if sources is None else sources,
             self.doc_starts,
             seq_len=seq_len,
             flat=self._flat,
         )
+
+
+#: What ``labels`` and ``targets`` hold where a packed sequence is padding: Hugging Face's
+#: and torch's ``cross_entropy``'s ignore index.
+IGNORE_INDEX = -100
+
+
+def mask_padding(
+    inputs: np.ndarray,
+    labels: np.ndarray,
+    targets: np.ndarray,
+    real: np.ndarray,
+    *,
+    pad_id: int,
+) -> None:
+    """Pad packed rows in place: row ``r`` holds ``real[r]`` stream tokens of its
+    ``seq_len + 1``; the rest is ``pad_id`` in ``inputs`` and ``-100`` in ``labels``
+    (from ``real``) and ``targets`` (from ``real - 1``: no position predicts padding)."""
+    for row, count in enumerate(real.tolist()):  # a few rows: slices beat a batch mask
+        inputs[row, count:] = pad_id
+        labels[row, count:] = IGNORE_INDEX
+        targets[row, count - 1 :] = IGNORE_INDEX
+
+
+def packed_cuts(pieces: Sequence[np.ndarray], *, seq_len: int) -> np.ndarray:
+    """Where each piece of packed rows starts in the flattened batch's inputs, padding
+    (what follows a row's pieces) a piece of its own; sorted, from 0."""
+    cuts = []
+    for row, lengths in enumerate(pieces):
+        starts = np.concatenate([[0], np.cumsum(lengths)])  # the last: where padding starts
+        cuts.append(starts[starts < seq_len] + row * seq_len)
+    return np.concatenate(cuts) if cuts else np.zeros(0, dtype=np.int64)
 
 
 def document_boundaries(
@@ -208,7 +280,18 @@ def document_boundaries(
         row = np.repeat(mine, counts)
         within = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
         cuts.append(docs[np.repeat(lo, counts) + within] - starts[row] + row * seq_len)
-    first = np.sort(np.concatenate(cuts))
+    return boundaries_from_cuts(
+        np.sort(np.concatenate(cuts)), rows=rows, seq_len=seq_len, flat=flat
+    )
+
+
+def boundaries_from_cuts(
+    first: np.ndarray, *, rows: int, seq_len: int, flat: np.ndarray | None = None
+) -> dict[str, Any]:
+    """``position_ids``, ``doc_lens``, ``cu_seqlens`` and ``max_seqlen`` (see
+    :func:`document_boundaries`) of a batch of ``rows`` rows whose pieces start at
+    ``first`` in the flattened batch (sorted, every row's start among them)."""
+    size = rows * seq_len
     lengths = np.diff(np.append(first, size))
     flat = np.arange(size, dtype=np.int64) if flat is None else flat
     position_ids = (flat - np.repeat(first, lengths)).reshape(rows, seq_len)

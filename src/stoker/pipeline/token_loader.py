@@ -27,6 +27,7 @@ from stoker.pipeline.plan import DropLast, rank_units
 from stoker.pipeline.source import Source
 from stoker.pipeline.sources import SourceLike, mix_parts
 from stoker.pipeline.token_batcher import TokenConfig
+from stoker.pipeline.token_packing import DEFAULT_PACKING_WINDOW, PackingMode
 from stoker.pipeline.tokens import stream_tokens, token_parts
 from stoker.pipeline.world import World
 
@@ -78,6 +79,15 @@ class TokenLoader(Loader):
         documents: Add document boundaries (see above).
         dtype: dtype of ``input_ids``, ``labels`` and ``targets``: ``"int64"`` (what
             torch embeddings take), ``"int32"``, ``"uint32"`` or ``"uint16"``.
+        packing: ``"concat"`` (or None): sequences cut from the concatenated stream;
+            ``"best-fit"``: documents placed whole into sequences of ``seq_len + 1``
+            tokens (best-fit decreasing within windows of ``packing_window`` documents, a
+            longer document cut into pieces of ``seq_len + 1``), the rest padded with
+            ``pad_id`` and ``-100`` in ``labels`` and ``targets`` (a signed ``dtype``). See
+            docs/tokens.md.
+        pad_id: The padding id of ``input_ids`` with ``"best-fit"``; None: the dataset's
+            end-of-text id.
+        packing_window: Documents, consecutive in the stream, packed together.
         order: Shuffle settings; unset block and group sizes give blocks of about 4 MB and
             read groups of about 16 MB.
         world: This rank (and loader worker); default rank 0 of 1.
@@ -101,6 +111,9 @@ class TokenLoader(Loader):
         drop_last: bool = True,
         documents: bool = False,
         dtype: str = "int64",
+        packing: PackingMode | None = "concat",
+        pad_id: int | None = None,
+        packing_window: int = DEFAULT_PACKING_WINDOW,
         order: OrderConfig | None = None,
         world: World | None = None,
         prefetch: int | Literal["auto"] = "auto",
@@ -108,7 +121,14 @@ class TokenLoader(Loader):
         cache: CacheConfig | None = None,
         storage_options: Mapping[str, Any] | None = None,
     ) -> None:
-        self.tokens_config = TokenConfig(seq_len=seq_len, documents=documents, dtype=dtype)
+        self.tokens_config = TokenConfig(
+            seq_len=seq_len,
+            documents=documents,
+            dtype=dtype,
+            packing=packing,
+            pad_id=pad_id,
+            packing_window=packing_window,
+        )
         super().__init__(
             with_tokens(source, self.tokens_config),
             batch_size=batch_size,
@@ -146,8 +166,14 @@ class TokenLoader(Loader):
 
     @property
     def epoch_tokens(self) -> int:
-        """Stream tokens (``seq_len + 1`` per sequence) all ranks deliver in a full epoch."""
+        """Tokens (``seq_len + 1`` per sequence, padding included when packed) all ranks
+        deliver in a full epoch."""
         return self.epoch_sequences * self.tokens_config.span
+
+    @property
+    def padding_tokens(self) -> int:
+        """Padding in all the packed sequences of an epoch (0 unless packed)."""
+        return sum(part.padding_tokens for part in token_parts(mix_parts(self.source)) or ())
 
     @property
     def dropped_sequences(self) -> int:
@@ -158,8 +184,9 @@ class TokenLoader(Loader):
     @property
     def dropped_tokens(self) -> int:
         """Tokens of :attr:`stream_tokens` no rank delivers in a full epoch: the stream's
-        tail after the last whole sequence and :attr:`dropped_sequences`."""
-        return self.stream_tokens - self.epoch_tokens
+        tail after the last whole sequence and :attr:`dropped_sequences` (packed, the
+        sequences' padding counted with them)."""
+        return self.stream_tokens + self.padding_tokens - self.epoch_tokens
 
 
 def epoch_sequences(source: Source, *, world: World, batch_size: int, drop_last: DropLast) -> int:
@@ -246,3 +273,13 @@ def log_epoch(loader: TokenLoader) -> None:
         loader.world.world_size,
         ", and each rank's last, incomplete batch (drop_last=False delivers it)" if full else "",
     )
+    if loader.tokens_config.packed:
+        logger.info(
+            "%s: documents packed best-fit into %d sequences of %d tokens, %d of them "
+            "(%.3g %%) padding",
+            loader.source.url,
+            loader.source.units(),
+            loader.tokens_config.span,
+            loader.padding_tokens,
+            100 * loader.padding_tokens / max(loader.source.units() * loader.tokens_config.span, 1),
+        )
