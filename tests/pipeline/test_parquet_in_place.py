@@ -138,7 +138,7 @@ def test_only_the_chosen_columns_chunks_are_fetched_and_each_footer_once(
     dataset = source.dataset
     store = dataset.store
     opened = store.counters.snapshot()  # listing and the footers
-    chunks = sum(dataset.reader.chunk_bytes(f, g) for f, g in dataset.groups)
+    chunks = sum(dataset.reader.chunk_bytes(g.location, g.group) for g in dataset.groups)
     with Loader(source, batch_size=8, seed=0) as loader:
         loader.read_ahead = False
         samples = _samples(loader)
@@ -190,3 +190,26 @@ def test_a_node_reads_the_listing_and_footers_once_through_its_disk_cache(
     assert sorted(s["key"] for s in samples) == sorted(expected)
     assert all(s["txt"] == expected[s["key"]]["caption"] for s in samples)
     assert "label" not in samples[0] or samples[0]["label"] == -1
+
+
+def test_a_table_of_millions_of_rows_opens_without_a_reference_per_row(tmp_path: Any) -> None:
+    import tracemalloc
+
+    rows = 2_000_000
+    pq.write_table(
+        pa.table({"x": np.arange(rows, dtype=np.int32)}),
+        tmp_path / "big.parquet",
+        row_group_size=250_000,
+    )
+    tracemalloc.start()
+    try:
+        source = open_parquet(str(tmp_path / "big.parquet"), storage_options=None)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(source.dataset) == rows
+    assert source.dataset.group_rows == [250_000] * 8
+    # A reference a row (its key, location and row numbers) took over 300 bytes a row; the
+    # table costs its row groups and eight bytes a row (the bytes each row fetches).
+    assert peak < 40 * rows
+    assert source.dataset.read_many([1_999_999])[0]["x.json"] == b"1999999"

@@ -37,7 +37,6 @@ from typing import Any
 import numpy as np
 
 from stoker.errors import SourceError
-from stoker.format.foreign.base import SampleRef
 from stoker.format.foreign.locations import is_remote
 from stoker.format.foreign.parquet import ParquetReader
 from stoker.format.reader import member_entry
@@ -57,32 +56,27 @@ class ParquetDataset:
     ``"label"`` and one entry per member of the row (see the module docstring).
 
     Args:
-        reader: The table's reader (its files, columns and rules).
-        refs: Its rows, from ``reader.refs()``.
+        reader: The table's reader (its files, columns and rules). No reference per row
+            is made: a table of many rows costs its row groups and a label a row.
     """
 
-    def __init__(self, reader: ParquetReader, refs: Sequence[SampleRef]) -> None:
+    def __init__(self, reader: ParquetReader) -> None:
         self.reader = reader
-        self._refs = list(refs)
-        self._store = reader.store()
-        groups: list[tuple[str, int]] = []
-        rows: list[int] = []
-        group_of = np.empty(len(self._refs), dtype=np.int64)
-        for i, ref in enumerate(self._refs):
-            where = (ref.location, int(ref.extra[0][1]))
-            if not groups or groups[-1] != where:
-                groups.append(where)
-                rows.append(0)
-            rows[-1] += 1
-            group_of[i] = len(groups) - 1
-        #: The row groups, in file and row order: ``(file, row group)``.
-        self.groups = groups
+        table = reader.table()
+        #: The row groups, in file and row order.
+        self.groups = table.groups
         #: Rows of each row group.
-        self.group_rows = rows
-        fetched = np.asarray([reader.chunk_bytes(f, g) for f, g in groups], dtype=np.float64)
+        self.group_rows = [group.rows for group in table.groups]
+        self._starts = np.asarray([group.start for group in table.groups], dtype=np.int64)
+        self._rows = sum(self.group_rows)
+        self._labels = table.labels
+        self._store = reader.store()
+        fetched = np.asarray(
+            [reader.chunk_bytes(g.location, g.group) for g in table.groups], dtype=np.float64
+        )
+        per_row = fetched / np.maximum(np.asarray(self.group_rows, dtype=np.float64), 1)
         #: Bytes fetched per row: its row group's chunks of the chosen columns, shared.
-        self.row_bytes = (fetched / np.maximum(np.asarray(rows, dtype=np.float64), 1))[group_of]
-        self._group_of = group_of
+        self.row_bytes = np.repeat(per_row, self.group_rows)
 
     @property
     def url(self) -> str:
@@ -103,7 +97,7 @@ class ParquetDataset:
     @property
     def keys(self) -> list[str]:
         """The rows' keys, as a pack of the table keys them."""
-        return [ref.key for ref in self._refs]
+        return [group.key(row) for group in self.groups for row in range(group.rows)]
 
     def member_counts(self) -> dict[str, int] | None:
         """The members the chosen columns give, each counted for every row (a null value
@@ -113,15 +107,19 @@ class ParquetDataset:
         return None if names is None else {name: len(self) for name in names}
 
     def __len__(self) -> int:
-        return len(self._refs)
+        return self._rows
 
     def __repr__(self) -> str:
         return f"ParquetDataset({self.url!r}, rows={len(self)}, row_groups={len(self.groups)})"
 
+    def group_of(self, row: int) -> int:
+        """The number of the row group row ``row`` is in."""
+        return int(np.searchsorted(self._starts, row, side="right")) - 1
+
     def group_name(self, row: int) -> str:
         """The file and row group row ``row`` is read from, for messages."""
-        location, group = self.groups[int(self._group_of[row])]
-        return f"{location} row group {group}"
+        group = self.groups[self.group_of(row)]
+        return f"{group.location} row group {group.group}"
 
     def read_many(self, indices: Sequence[int]) -> list[dict[str, Any]]:
         """Read rows by number, in the order given, their row groups at once.
@@ -141,22 +139,24 @@ class ParquetDataset:
         with an ``"error"`` (a :class:`~stoker.errors.SourceError` naming it)."""
         by_group: dict[int, list[int]] = {}
         for i in dict.fromkeys(int(i) for i in indices):
-            by_group.setdefault(int(self._group_of[i]), []).append(i)
+            by_group.setdefault(self.group_of(i), []).append(i)
         parts = await asyncio.gather(
-            *(asyncio.to_thread(self._rows, rows) for rows in by_group.values())
+            *(asyncio.to_thread(self._read, g, rows) for g, rows in by_group.items())
         )
         found = {i: sample for part in parts for i, sample in part}
         return [found[int(i)] for i in indices]
 
-    def _rows(self, rows: Sequence[int]) -> list[tuple[int, dict[str, Any]]]:
-        """Rows of one row group, which is fetched and decoded once for them."""
+    def _read(self, number: int, rows: Sequence[int]) -> list[tuple[int, dict[str, Any]]]:
+        """Rows (by number in the table) of row group ``number``, which is fetched and
+        decoded once for them."""
+        group = self.groups[number]
+        found_all = self.reader.read_rows(group, [i - group.start for i in rows])
         out = []
-        for i, found in zip(
-            rows, self.reader.read_group([self._refs[i] for i in rows]), strict=True
-        ):
-            ref = self._refs[i]
+        for i, found in zip(rows, found_all, strict=True):
             if isinstance(found, SourceError):
-                out.append((i, {"key": ref.key, "label": ref.label, "error": found}))
+                label = -1 if self._labels is None else int(self._labels[i])
+                key = group.key(i - group.start)
+                out.append((i, {"key": key, "label": label, "error": found}))
                 continue
             fields = {member_entry(name): data for name, data in found.fields.items()}
             out.append((i, {"key": found.key, "label": found.label, **fields}))
@@ -267,4 +267,4 @@ def open_parquet(
         columns=columns,
         footer_cache=footers,
     )
-    return ParquetSource(ParquetDataset(reader, reader.refs()))
+    return ParquetSource(ParquetDataset(reader))

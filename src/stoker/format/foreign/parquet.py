@@ -10,6 +10,8 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from stoker.core.units import format_bytes
 from stoker.errors import SourceError
 from stoker.format.foreign.base import Sample, SampleRef
@@ -21,13 +23,13 @@ from stoker.format.foreign.columns import (
     row_members,
 )
 from stoker.format.foreign.locations import LocationReader
-from stoker.format.foreign.parquet_files import PARQUET_SUFFIX, ParquetFiles
-from stoker.format.foreign.parquet_labels import (
-    check_rows,
-    class_index,
-    class_label_names,
-    numbered,
+from stoker.format.foreign.parquet_files import (
+    PARQUET_SUFFIX,
+    ParquetFiles,
+    ParquetTable,
+    RowGroup,
 )
+from stoker.format.foreign.parquet_labels import TableLabels, check_rows, class_label_names
 from stoker.format.foreign.rowgroups import DEFAULT_CACHE_BYTES, RowGroupCache
 from stoker.storage import StorageOptions, Store
 from stoker.storage.cache import DiskCache
@@ -92,9 +94,9 @@ class ParquetReader:
         self._cache_bytes = cache_bytes
         self._parquet = ParquetFiles(self._location, self._locations, cache=footer_cache)
         self._rules: list[ColumnRule] | None = None
-        self._names: tuple[str, ...] = ()
-        self._label_index: dict[str, int] | None = None  # for a column of string labels
+        self._table_labels: TableLabels | None = None
         self._counts = ""
+        self._table: ParquetTable | None = None
         self._cache = RowGroupCache(cache_bytes or 1)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -120,12 +122,10 @@ class ParquetReader:
     def class_names(self) -> Sequence[str]:
         """The given class names, else the label column's Hugging Face ``ClassLabel``
         names, else empty."""
-        if self._given_names is not None:
-            return self._given_names
-        self._column_rules()
-        if self._string_labels():
-            self._class_index()
-        return self._names
+        labels = self._labels()
+        if labels.strings:
+            labels.index()
+        return labels.names
 
     @property
     def row_groups_decoded(self) -> int:
@@ -144,14 +144,58 @@ class ParquetReader:
         """
         return [location for location, _ in self._parquet.listed()]
 
-    def refs(self) -> list[SampleRef]:
-        """One reference per row, file by file, in row order.
+    def table(self) -> ParquetTable:
+        """The table's row groups, in file and row order, and every row's label, without
+        a reference per row (the footers and the label column are read).
 
         Raises:
             SourceError: A file is unreadable or claims more rows than it could hold,
                 files differ in schema, two files give one key, a label is below -1 or a
                 class name is none of those given, or there are no rows.
         """
+        if self._table is None:
+            self._table = self._read_table()
+        return self._table
+
+    def refs(self) -> list[SampleRef]:
+        """One reference per row, file by file, in row order (see :meth:`table`).
+
+        Raises:
+            SourceError: As :meth:`table`.
+        """
+        table = self.table()
+        refs: list[SampleRef] = []
+        for group in table.groups:
+            size = group.decoded_bytes // max(group.rows, 1)
+            for in_group in range(group.rows):
+                label = -1 if table.labels is None else int(table.labels[group.start + in_group])
+                refs.append(
+                    SampleRef(
+                        key=group.key(in_group),
+                        location=group.location,
+                        size=size,
+                        label=label,
+                        extra=(("row", group.group, in_group),),
+                    )
+                )
+        decoded_bytes = sum(group.decoded_bytes for group in table.groups)
+        if (
+            self._cache_bytes is not None
+            and decoded_bytes > self._cache_bytes
+            and len(table.groups) > 1
+        ):
+            logger.warning(
+                "%s: %d row groups, %s decoded, more than the %s kept decoded: packed in a "
+                "shuffled order, row groups are decoded again as rows are read (pack with "
+                "--keep-order, or shuffle_seed=None, to decode each once)",
+                self._location,
+                len(table.groups),
+                format_bytes(decoded_bytes),
+                format_bytes(self._cache_bytes),
+            )
+        return refs
+
+    def _read_table(self) -> ParquetTable:
         files = self._parquet.listed()
         self._column_rules()
         first = files[0][0]
@@ -169,44 +213,35 @@ class ParquetReader:
                 raise SourceError(f"{location} and {stems[stem]} give the same keys ({stem}_...)")
             stems[stem] = location
             check_rows(location, self._parquet.size(location), parquet.metadata)
-        refs: list[SampleRef] = []
-        decoded_bytes = groups = 0
-        columns = self._class_columns()
+        groups: list[RowGroup] = []
+        labels: list[list[int]] | None = None
+        columns = self._labels().class_columns()
+        start = 0
         for (location, _), stem in zip(files, stems, strict=True):
-            column = columns.pop(location) if location in columns else self._label_column(location)
-            labels = self._numbered_labels(location, column)
+            column = (
+                columns.pop(location) if location in columns else self._labels().column(location)
+            )
+            numbered = self._labels().numbered(location, column)
+            if numbered is not None:
+                labels = (labels or []) + [numbered]
             metadata = self._parquet.open(location)[0].metadata
             row = 0
             for group in range(metadata.num_row_groups):
                 info = metadata.row_group(group)
-                size = info.total_byte_size // max(info.num_rows, 1)
-                decoded_bytes += info.total_byte_size
-                groups += 1
-                for in_group in range(info.num_rows):
-                    refs.append(
-                        SampleRef(
-                            key=f"{stem}_{row:08d}",
-                            location=location,
-                            size=size,
-                            label=-1 if labels is None else labels[row],
-                            extra=(("row", group, in_group),),
-                        )
-                    )
-                    row += 1
-        if not refs:
+                groups.append(
+                    RowGroup(location, stem, group, row, start, info.num_rows, info.total_byte_size)
+                )
+                row += info.num_rows
+                start += info.num_rows
+        if not start:
             raise SourceError(f"{self._location}: no rows in {len(files)} Parquet file(s)")
-        if self._cache_bytes is not None and decoded_bytes > self._cache_bytes and groups > 1:
-            logger.warning(
-                "%s: %d row groups, %s decoded, more than the %s kept decoded: packed in a "
-                "shuffled order, row groups are decoded again as rows are read (pack with "
-                "--keep-order, or shuffle_seed=None, to decode each once)",
-                self._location,
-                groups,
-                format_bytes(decoded_bytes),
-                format_bytes(self._cache_bytes),
-            )
-        self._counts = f" ({len(files):,} file{'s' if len(files) > 1 else ''}, {len(refs):,} rows)"
-        return refs
+        self._counts = f" ({len(files):,} file{'s' if len(files) > 1 else ''}, {start:,} rows)"
+        found = (
+            None
+            if labels is None
+            else np.concatenate([np.asarray(part, dtype=np.int64) for part in labels])
+        )
+        return ParquetTable(groups, found)
 
     def read(self, ref: SampleRef) -> Sample:
         """Read one row's members (from its row group, decoded once while cached).
@@ -216,38 +251,36 @@ class ParquetReader:
                 be read, or a value cannot become its member (see the class docstring).
         """
         name, group, row = ref.extra[0] if ref.extra else ("", -1, -1)
-        rules = self._column_rules()
-        arrays = self._row_group(ref.location, group) if name == "row" and group >= 0 else []
-        if not arrays or not 0 <= row < len(arrays[0]):
+        if name != "row" or group < 0:
             raise SourceError(f"{ref.location}: sample {ref.key!r} names no row of the file")
-        where = f"{ref.location}: sample {ref.key!r} (row group {group}, row {row})"
-        index = self._class_index() if self._string_labels() else None
-        members = row_members(rules, arrays, row, where=where, label_index=index)
-        if not members:
-            raise SourceError(f"{where}: every column is null")
-        return Sample(ref.key, members, int(members["cls"]) if "cls" in members else -1)
+        found = self._samples(ref.location, group, [(row, ref.key)])[0]
+        if isinstance(found, SourceError):
+            raise found
+        return found
 
-    def read_group(self, refs: Sequence[SampleRef]) -> list[Sample | SourceError]:
-        """Read rows of one row group (``refs`` from :meth:`refs`, all of one row group),
-        which is fetched and decoded once for them: each row's sample, or the error that
-        names why it cannot be one (the row group's own error for every row when the row
-        group cannot be read)."""
-        if not refs:
+    def read_rows(self, group: RowGroup, rows: Sequence[int]) -> list[Sample | SourceError]:
+        """Rows of one row group (numbers within it), which is fetched and decoded once for
+        them: each row's sample, or the error that names why it cannot be one (the row
+        group's own error for every row when the row group cannot be read)."""
+        return self._samples(group.location, group.group, [(row, group.key(row)) for row in rows])
+
+    def _samples(
+        self, location: str, group: int, rows: Sequence[tuple[int, str]]
+    ) -> list[Sample | SourceError]:
+        """The samples of ``rows`` (each its number in row group ``group`` and its key)."""
+        if not rows:
             return []
-        _, group, _ = refs[0].extra[0]
-        location = refs[0].location
         try:
             arrays = self._row_group(location, group)
         except SourceError as exc:
-            return [exc for _ in refs]
+            return [exc for _ in rows]
         rules = self._column_rules()
-        index = self._class_index() if self._string_labels() else None
+        index = self._labels().index() if self._labels().strings else None
         out: list[Sample | SourceError] = []
-        for ref in refs:
-            _, ref_group, row = ref.extra[0]
-            where = f"{ref.location}: sample {ref.key!r} (row group {ref_group}, row {row})"
-            if ref.location != location or ref_group != group or not 0 <= row < len(arrays[0]):
-                out.append(SourceError(f"{where}: not a row of {location} row group {group}"))
+        for row, key in rows:
+            where = f"{location}: sample {key!r} (row group {group}, row {row})"
+            if not arrays or not 0 <= row < len(arrays[0]):
+                out.append(SourceError(f"{location}: sample {key!r} names no row of the file"))
                 continue
             try:
                 members = row_members(rules, arrays, row, where=where, label_index=index)
@@ -257,8 +290,7 @@ class ParquetReader:
             if not members:
                 out.append(SourceError(f"{where}: every column is null"))
                 continue
-            label = int(members["cls"]) if "cls" in members else -1
-            out.append(Sample(ref.key, members, label))
+            out.append(Sample(key, members, int(members["cls"]) if "cls" in members else -1))
         return out
 
     def member_names(self) -> list[str] | None:
@@ -311,9 +343,20 @@ class ParquetReader:
                 # Named as in the whole file (the first text column is txt, ...), so a
                 # selection gives the members a pack of the whole file gives.
                 rules = [rule for rule in rules if rule.column in self._columns]
-            self._names = class_label_names(schema, rules)
+            rule = next((r for r in rules if r.kind in ("label", "label_name")), None)
+            names = self._given_names or class_label_names(schema, rules)
+            self._table_labels = TableLabels(
+                self._parquet, rule, given=self._given_names is not None, names=names
+            )
             self._rules = rules
         return self._rules
+
+    def _labels(self) -> TableLabels:
+        """The rows' labels (the label column, numbered; the class names)."""
+        self._column_rules()
+        if self._table_labels is None:  # set by _column_rules
+            raise RuntimeError("the column rules set no labels")
+        return self._table_labels
 
     def _row_group(self, location: str, group: int) -> list[Any]:
         def load() -> tuple[list[Any], int]:
@@ -331,59 +374,6 @@ class ParquetReader:
 
         arrays: list[Any] = self._cache.get((location, group), load)
         return arrays
-
-    def _string_labels(self) -> bool:
-        return any(rule.kind == "label_name" for rule in self._column_rules())
-
-    def _label_column(self, location: str) -> tuple[str, list[Any]] | None:
-        """The label column's name and values in one file (None: no label column)."""
-        rule = next((r for r in self._column_rules() if r.kind in ("label", "label_name")), None)
-        if rule is None:
-            return None
-        parquet, lock = self._parquet.open(location)
-        with lock:
-            try:
-                table = parquet.read(columns=[rule.column])
-            except (OSError, ValueError, import_pyarrow().ArrowException) as exc:
-                raise SourceError(f"{location}: cannot read column {rule.column!r}: {exc}") from exc
-        return rule.column, plain_array(table.column(0)).to_pylist()
-
-    def _class_columns(self) -> dict[str, tuple[str, list[Any]] | None]:
-        """Each file's label column where the class names are still to be found from them
-        (string labels, no names given), kept for numbering; else none read."""
-        known = self._label_index is not None or self._given_names is not None
-        if known or not self._string_labels():
-            return {}
-        columns = self._label_columns()
-        self._class_index(columns)
-        return columns
-
-    def _label_columns(self) -> dict[str, tuple[str, list[Any]] | None]:
-        return {location: self._label_column(location) for location in self.files()}
-
-    def _class_index(
-        self, columns: Mapping[str, tuple[str, list[Any]] | None] | None = None
-    ) -> dict[str, int]:
-        """The label of each class name of a column of string labels (read once, unless
-        each file's label column is given in ``columns``)."""
-        if self._label_index is None:
-            values: list[list[Any]] = []
-            if self._given_names is None:
-                found = self._label_columns() if columns is None else columns
-                values = [c[1] for c in found.values() if c is not None]
-            names = class_index(self._given_names, values)
-            if self._given_names is None:
-                self._names = tuple(names)
-            self._label_index = {name: label for label, name in enumerate(names)}
-        return self._label_index
-
-    def _numbered_labels(
-        self, location: str, column: tuple[str, list[Any]] | None
-    ) -> list[int] | None:
-        if column is None:
-            return None
-        index = self._class_index() if self._string_labels() else None
-        return numbered(location, column[0], column[1], index)
 
 
 def _schema_text(schema: Any) -> str:

@@ -9,8 +9,11 @@ import json
 import logging
 import re
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from stoker.errors import SourceError
 from stoker.format.foreign.columns import import_pyarrow
@@ -27,6 +30,41 @@ logger = logging.getLogger(__name__)
 PARQUET_SUFFIX = ".parquet"
 # A split named in a Hugging Face file or folder name: train-00000-of-00002, test/0000.
 _SPLIT = re.compile(r"(?:^|/)(train|test|validation|valid|val|dev)(?=[-_/.]|$)")
+
+
+@dataclass(frozen=True, slots=True)
+class RowGroup:
+    """One row group of the table.
+
+    Attributes:
+        location: Its file.
+        stem: The file's path under the folder, without ``.parquet``: its rows' key stem.
+        group: Its number in the file.
+        first_row: Its first row's number in the file.
+        start: Its first row's number in the table.
+        rows: Its rows.
+        decoded_bytes: Its bytes decoded, as the footer records them.
+    """
+
+    location: str
+    stem: str
+    group: int
+    first_row: int
+    start: int
+    rows: int
+    decoded_bytes: int
+
+    def key(self, row: int) -> str:
+        """The key of row ``row`` of this row group (as a pack keys it)."""
+        return f"{self.stem}_{self.first_row + row:08d}"
+
+
+@dataclass(frozen=True, slots=True)
+class ParquetTable:
+    """A table's row groups in order, and each row's label (None: no label column)."""
+
+    groups: list[RowGroup]
+    labels: np.ndarray | None
 
 
 class ParquetFiles:
