@@ -128,15 +128,18 @@ class PackedTokenSource(TokenSource):
         rows = np.zeros((len(unique), self.span), dtype=self.reader.layout.dtype)
         _lay_out(rows, reads, run_starts, starts, lengths, counts)
         at = dict(zip(unique.tolist(), range(len(unique)), strict=True))
+        ends = np.cumsum(counts).tolist()
+        firsts = before.tolist()
         real = self._real
-        result = []
-        for k in wanted.tolist():
-            n = at[k]
-            pieces = lengths[before[n] : before[n] + counts[n]]
-            result.append(
-                {"tokens": rows[n], "sequence": k, "real": int(real[k]), "pieces": pieces}
-            )
-        return result
+        return [
+            {
+                "tokens": rows[at[k]],
+                "sequence": k,
+                "real": int(real[k]),
+                "pieces": lengths[firsts[at[k]] : ends[at[k]]],
+            }
+            for k in wanted.tolist()
+        ]
 
     def _gap_tokens(self) -> int:
         return READ_GAP_BYTES // self.reader.layout.itemsize
@@ -174,4 +177,4 @@ def _lay_out(
     for r, s, t, n in zip(
         run.tolist(), source.tolist(), target.tolist(), lengths.tolist(), strict=True
     ):
-        flat[t : t + n] = reads[r][s : s + n]
+        flat[t : t + n] = reads[r][s : s + n]  # one memcpy a piece: ~4 a sequence

@@ -192,7 +192,7 @@ class TokenBatcher:
         if len(self._flat) != size:  # one batch shape all epoch (a last one may differ)
             self._flat = np.arange(size, dtype=np.int64)
         if self.config.packed:
-            cuts = packed_cuts([u["pieces"] for u in raw], seq_len=seq_len)
+            cuts = packed_cuts([u["pieces"] for u in raw], seq_len=seq_len)  # sorted
             return boundaries_from_cuts(cuts, rows=len(raw), seq_len=seq_len, flat=self._flat)
         sequences = np.fromiter((u["sequence"] for u in raw), dtype=np.int64, count=len(raw))
         return document_boundaries(
@@ -220,7 +220,10 @@ def mask_padding(
     """Pad packed rows in place: row ``r`` holds ``real[r]`` stream tokens of its
     ``seq_len + 1``; the rest is ``pad_id`` in ``inputs`` and ``-100`` in ``labels``
     (from ``real``) and ``targets`` (from ``real - 1``: no position predicts padding)."""
+    span = inputs.shape[1] + 1
     for row, count in enumerate(real.tolist()):  # a few rows: slices beat a batch mask
+        if count == span:
+            continue  # full: no padding
         inputs[row, count:] = pad_id
         labels[row, count:] = IGNORE_INDEX
         targets[row, count - 1 :] = IGNORE_INDEX
@@ -229,11 +232,19 @@ def mask_padding(
 def packed_cuts(pieces: Sequence[np.ndarray], *, seq_len: int) -> np.ndarray:
     """Where each piece of packed rows starts in the flattened batch's inputs, padding
     (what follows a row's pieces) a piece of its own; sorted, from 0."""
-    cuts = []
-    for row, lengths in enumerate(pieces):
-        starts = np.concatenate([[0], np.cumsum(lengths)])  # the last: where padding starts
-        cuts.append(starts[starts < seq_len] + row * seq_len)
-    return np.concatenate(cuts) if cuts else np.zeros(0, dtype=np.int64)
+    if not pieces:
+        return np.zeros(0, dtype=np.int64)
+    counts = np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces))
+    ends = np.cumsum(np.concatenate(pieces))  # all rows' pieces end to end
+    row_ends = ends[np.cumsum(counts) - 1]
+    base = np.concatenate([[0], row_ends[:-1]])  # tokens before each row, end to end
+    # Each row starts a piece at 0, then one at each of its pieces' ends (the last: its
+    # padding), as long as it starts inside the row's inputs.
+    within = ends - np.repeat(base, counts)
+    row = np.repeat(np.arange(len(pieces), dtype=np.int64), counts)
+    inside = within < seq_len
+    starts = np.arange(len(pieces), dtype=np.int64) * seq_len
+    return np.sort(np.concatenate([starts, within[inside] + row[inside] * seq_len]))
 
 
 def document_boundaries(
