@@ -213,7 +213,7 @@ class SeaweedServer:
             # and held while the other ports are picked, so that none of them is it.
             with hold_port(self._port):
                 self._ports = [self._port, *free_ports(9)]
-        args = _weed_args(weed, self._dir, self._ports, config)
+        args = [str(weed), *_weed_options(self._dir, self._ports, config)]
         log = open(self._dir / "log" / "weed.out", "wb")  # noqa: SIM115 - the child owns it
         try:
             self._process = subprocess.Popen(
@@ -348,12 +348,11 @@ def _write_identities(folder: Path) -> Path:
     return config
 
 
-def _weed_args(weed: Path | str, folder: Path, ports: list[int], config: Path) -> list[str]:
-    """``weed mini`` on 127.0.0.1, its data and logs in ``folder``, on ``ports`` (S3, master,
-    volume, filer, admin; each with its gRPC port after it)."""
+def _weed_options(folder: Path, ports: list[int], config: Path) -> list[str]:
+    """``weed``'s options to run ``mini`` on 127.0.0.1, its data and logs in ``folder``, on
+    ``ports`` (S3, master, volume, filer, admin; each with its gRPC port after it)."""
     s3, s3g, m, mg, v, vg, f, fg, a, ag = ports
     return [
-        str(weed),
         f"-logdir={folder / 'log'}",
         "mini",
         f"-dir={folder / 'data'}",
