@@ -23,6 +23,7 @@ from stoker.integrations import ray as ray_read
 from stoker.pack.packer import PackConfig, pack
 from stoker.pipeline.plan import resolve_order
 from stoker.pipeline.sources import DatasetSource
+from stoker.storage.open import open_store
 from stoker.testing.images import write_image_folder
 from stoker.testing.seaweed import SeaweedServer
 from stoker.transforms import RandomResizedCrop
@@ -290,3 +291,56 @@ def test_a_transform_for_records_without_images_or_an_unpacked_location_is_refus
         ray_read.read_dataset(records_url, batch_size=0, storage_options=bucket[1])
     with pytest.raises(ValueError, match="groups_per_task"):
         ray_read.read_dataset(records_url, groups_per_task=0, storage_options=bucket[1])
+
+
+@pytest.fixture(scope="module")
+def parquet_url(bucket: tuple[str, dict[str, Any]]) -> str:
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from stoker.testing.images import make_jpeg
+
+    store = open_store(f"{bucket[0]}/table", storage_options=bucket[1])
+    rng = np.random.default_rng(0)
+    for file in range(2):
+        rows = range(file * 25, file * 25 + 25)
+        table = pa.table(
+            {
+                "image": [
+                    {"bytes": make_jpeg(rng, width=40, height=32), "path": None} for _ in rows
+                ],
+                "caption": [f"caption {i}" for i in rows],
+                "label": [i % 3 for i in rows],
+            }
+        )
+        out = io.BytesIO()
+        pq.write_table(table, out, row_group_size=6)
+        store.put(f"train-{file:05d}-of-00002.parquet", out.getvalue())
+    return f"{bucket[0]}/table"
+
+
+@pytest.mark.usefixtures("cluster")
+def test_a_parquet_table_read_in_place_gives_the_loaders_epoch(
+    parquet_url: str, bucket: tuple[str, dict[str, Any]]
+) -> None:
+    from stoker import SourceConfig
+
+    options = bucket[1]
+    source = SourceConfig(parquet_url, columns=["image", "caption", "label"])
+    ds = ray_read.read_dataset(source, seed=2, transform=CROP, storage_options=options)
+    rows = ds.take_all()
+    with Loader(source, batch_size=5, seed=2, transform=CROP, storage_options=options) as loader:
+        batches = list(loader)
+    # Every row once, as the Loader's epoch, with its fields: in the epoch's order of read
+    # groups, without the Loader's window that mixes several read groups (Ray mixes with
+    # iter_batches(local_shuffle_buffer_size=...)).
+    by_key = {row["key"]: row for row in rows}
+    assert len(by_key) == len(rows) == 50
+    loaded = {key: (b, n) for b in batches for n, key in enumerate(b["key"])}
+    assert set(by_key) == set(loaded)
+    for key, (batch, n) in loaded.items():
+        assert by_key[key]["txt"] == batch["txt"][n]
+        assert by_key[key]["label"] == int(batch["label"][n])
+        assert by_key[key]["image"].shape == batch["image"][n].shape == (24, 24, 3)

@@ -34,6 +34,11 @@ Ray Train worker iterates once.
 Each Ray worker process opens the dataset once (its ``index.json`` and ``index.bin``)
 and keeps it for the tasks it runs after; it refuses a dataset whose shards are not those
 the driver planned from (rewritten in between).
+
+A Parquet table read in place (``read_dataset(SourceConfig(url, columns=[...]))``) is read
+the same way, its row groups the blocks; its rows come in the epoch's order of read groups,
+without the Loader's window that mixes several read groups (a table not written in random
+order is mixed by Ray's ``iter_batches(local_shuffle_buffer_size=...)``).
 """
 
 from __future__ import annotations
@@ -47,7 +52,6 @@ from typing import Any
 import numpy as np
 
 from stoker.core.metrics import Stages
-from stoker.format.reader import ShardDataset, open_dataset
 from stoker.integrations.ray_tasks import (
     NEEDS_RAY,
     GroupRead,
@@ -58,10 +62,11 @@ from stoker.integrations.ray_tasks import (
 from stoker.integrations.ray_tasks import batch_table as batch_table  # public here too
 from stoker.pipeline.batcher import BatcherSettings
 from stoker.pipeline.batching import BatchAssembler
-from stoker.pipeline.config import DecodeConfig, config_or_default
+from stoker.pipeline.config import SAMPLE_PAGE_BYTES, DecodeConfig, SourceConfig, config_or_default
 from stoker.pipeline.order import EpochOrder, OrderConfig
 from stoker.pipeline.plan import resolve_order
-from stoker.pipeline.sources import DatasetSource
+from stoker.pipeline.source import Source
+from stoker.pipeline.sources import open_source
 
 try:
     import ray
@@ -86,7 +91,7 @@ GROUPS_PER_TASK = 2
 
 
 def read_dataset(
-    source: str | os.PathLike[str],
+    source: str | os.PathLike[str] | SourceConfig,
     *,
     seed: int = 0,
     epoch: int = 0,
@@ -99,7 +104,8 @@ def read_dataset(
     read_num_cpus: float = READ_NUM_CPUS,
     groups_per_task: int = GROUPS_PER_TASK,
 ) -> Any:
-    """One epoch of a packed dataset (or several) as a ``ray.data.Dataset``, a row a sample.
+    """One epoch of a packed dataset or a Parquet table read in place (or several epochs)
+    as a ``ray.data.Dataset``, a row a sample.
 
     Rows hold ``key`` (str), ``label``, ``index`` (the sample's number in the dataset),
     ``epoch``, ``image`` where the samples have one (through ``transform``), and every
@@ -107,8 +113,10 @@ def read_dataset(
     object, ``npy`` an array, ...; ``decode.fields`` chooses and renames).
 
     Args:
-        source: URL or local path of a packed dataset (an index; an unpacked folder is
-            refused: pack it first).
+        source: URL or local path of a packed dataset, or of a Parquet file or folder read
+            in place (``SourceConfig(url, columns=[...])`` to read some of its columns; see
+            :mod:`stoker.pipeline.parquet_source`). An unpacked image folder, a mix,
+            windows and token sequences are refused.
         seed: Seed of the order and of the augmentations.
         epoch: The epoch whose order (and crops) the dataset delivers.
         epochs: Epochs the dataset holds, from ``epoch`` on, one after the other.
@@ -130,16 +138,18 @@ def read_dataset(
         A ``ray.data.Dataset`` of each epoch's samples, each once, in its order.
 
     Raises:
-        FileNotFoundError: No packed dataset at ``source``.
+        FileNotFoundError: No packed dataset or Parquet at ``source``.
         TypeError, ValueError: A setting out of range, as the Loader raises them.
     """
     _check_arguments(batch_size, epochs, groups_per_task, read_num_cpus)
     decode = config_or_default("decode", decode, DecodeConfig)
     options = dict(storage_options or {})
-    dataset = open_dataset(source, storage_options=options)
+    config = source if isinstance(source, SourceConfig) else SourceConfig(source)
+    opened = _open(config, options)
     epochs_held = range(epoch, epoch + epochs)
-    settings, orders = _plan(dataset, order, seed, epochs_held, transform, decode)
-    datasource = StokerDatasource(dataset, orders, options, groups_per_task=groups_per_task)
+    settings, orders = _plan(opened, order, seed, epochs_held, transform, decode)
+    where = Where(opened.url, options, fingerprint(opened), _columns(config))
+    datasource = StokerDatasource(opened, where, orders, groups_per_task=groups_per_task)
     groups = sum(order.groups for order in orders.values())
     # As many blocks as read tasks: Ray otherwise splits each task's output to reach its own
     # count (about 200), and decodes the pieces in tasks of a few samples each.
@@ -177,8 +187,32 @@ def _check_arguments(
         raise ValueError(f"read_num_cpus must be > 0, got {read_num_cpus}")
 
 
+def _open(config: SourceConfig, options: dict[str, Any]) -> Source:
+    """The one packed dataset or Parquet table that ``config`` names, opened.
+
+    Raises:
+        ValueError: It names a mix, windows, side tables, token sequences or an unpacked
+            image folder.
+    """
+    if config.mix is not None or config.window is not None or config.side_tables:
+        raise ValueError("read_dataset reads one dataset: no mix, windows or side tables")
+    if config.tokens is not None:
+        raise ValueError("read_dataset reads samples; token sequences are TokenLoader's")
+    opened = open_source(config, storage_options=options, cache=None, page_bytes=SAMPLE_PAGE_BYTES)
+    if opened.one_get_per_unit or opened.row_fields is not None:
+        raise ValueError(
+            f"{opened.url}: an unpacked folder or a token dataset; read_dataset reads a packed "
+            "dataset or a Parquet table: pack it first (`stoker pack`)"
+        )
+    return opened
+
+
+def _columns(config: SourceConfig) -> tuple[str, ...] | None:
+    return None if config.columns is None else tuple(config.columns)
+
+
 def _plan(
-    dataset: ShardDataset,
+    opened: Source,
     order: OrderConfig | None,
     seed: int,
     epochs: range,
@@ -187,7 +221,9 @@ def _plan(
 ) -> tuple[OrderConfig, dict[int, EpochOrder]]:
     """The order settings, resolved as the Loader resolves them, and each epoch's order;
     ``transform`` is checked against the records on the way."""
-    opened = DatasetSource(dataset)
+    order = opened.order_defaults(
+        order or OrderConfig(), units=opened.units(), unit_bytes=opened.unit_bytes()
+    )
     settings = resolve_order(
         order,
         seed=seed,
@@ -207,7 +243,8 @@ def _plan(
 
 
 class StokerDatasource(Datasource):
-    """The read groups of epochs of a packed dataset, ``groups_per_task`` to a Ray read task.
+    """The read groups of epochs of a source (a packed dataset, a Parquet table),
+    ``groups_per_task`` to a Ray read task.
 
     A task's block holds each sample's ``index``, ``epoch``, ``key``, ``label``, its
     members' raw bytes (columns ``member:<ext>``, null where a sample lacks one) and
@@ -215,26 +252,27 @@ class StokerDatasource(Datasource):
     with, else null); :func:`read_dataset` decodes it.
 
     Args:
-        dataset: The opened dataset (the driver's; workers open their own).
+        source: The opened source (the driver's; workers open their own at ``where``).
+        where: Where the workers find it.
         orders: Each epoch's order, by epoch number, in the order delivered.
-        storage_options: See :func:`stoker.open_store`.
         groups_per_task: Consecutive read groups a task reads.
     """
 
     def __init__(
         self,
-        dataset: ShardDataset,
+        source: Source,
+        where: Where,
         orders: Mapping[int, EpochOrder],
-        storage_options: Mapping[str, Any],
         *,
         groups_per_task: int = 1,
     ) -> None:
         super().__init__()  # type: ignore[no-untyped-call]  # Ray's is untyped
-        self.where = Where(dataset.url, dict(storage_options), fingerprint(dataset))
-        self._length = dataset.index.length
+        self.where = where
+        self._source = source
         self._orders = dict(orders)
         self._groups_per_task = groups_per_task
-        self._members = tuple(sorted(dataset.index.fields))
+        counts = source.datasets[0].member_counts()
+        self._members = tuple(sorted(counts)) if counts else ()
 
     def get_name(self) -> str:
         """Ray's name for the read operator."""
@@ -242,7 +280,7 @@ class StokerDatasource(Datasource):
 
     def estimate_inmemory_data_size(self) -> int:
         """Bytes of the epochs' samples in their shards."""
-        return sum(int(self._length[o.samples].sum()) for o in self._orders.values())
+        return sum(self._source.nbytes(o.samples.tolist()) for o in self._orders.values())
 
     def get_read_tasks(
         self,
@@ -263,7 +301,7 @@ class StokerDatasource(Datasource):
             ids = np.concatenate([g for _, g in part])
             metadata = BlockMetadata(
                 num_rows=len(ids),
-                size_bytes=int(self._length[ids].sum()),
+                size_bytes=self._source.nbytes(ids.tolist()),
                 input_files=None,
                 exec_stats=None,
             )

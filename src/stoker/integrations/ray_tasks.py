@@ -14,11 +14,12 @@ from typing import Any
 import numpy as np
 
 from stoker.core.metrics import Stages
-from stoker.format.reader import ShardDataset, member_entry, member_extension, open_dataset
+from stoker.format.reader import ShardDataset, member_entry, member_extension
 from stoker.pipeline.batcher import BatcherSettings
 from stoker.pipeline.batching import BatchAssembler
-from stoker.pipeline.config import DecodeConfig
-from stoker.pipeline.sources import DatasetSource
+from stoker.pipeline.config import SAMPLE_PAGE_BYTES, DecodeConfig, SourceConfig
+from stoker.pipeline.source import Source
+from stoker.pipeline.sources import open_source
 
 #: What a process without Ray Data is told.
 NEEDS_RAY = (
@@ -39,58 +40,79 @@ MEMBER_PREFIX = "member:"
 
 
 class Where:
-    """Where a worker finds the dataset: its URL, storage options and the fingerprint of
-    the shards the driver planned from."""
+    """Where a worker finds the data: its URL, the columns read (a Parquet table's), the
+    storage options and the fingerprint of what the driver planned from."""
 
-    __slots__ = ("fingerprint", "storage_options", "url")
+    __slots__ = ("columns", "fingerprint", "storage_options", "url")
 
-    def __init__(self, url: str, storage_options: dict[str, Any], fingerprint: str) -> None:
+    def __init__(
+        self,
+        url: str,
+        storage_options: dict[str, Any],
+        fingerprint: str,
+        columns: tuple[str, ...] | None = None,
+    ) -> None:
         self.url = url
         self.storage_options = storage_options
         self.fingerprint = fingerprint
+        self.columns = columns
 
-    def __getstate__(self) -> tuple[str, dict[str, Any], str]:
-        return self.url, self.storage_options, self.fingerprint
+    def __getstate__(self) -> tuple[str, dict[str, Any], str, tuple[str, ...] | None]:
+        return self.url, self.storage_options, self.fingerprint, self.columns
 
-    def __setstate__(self, state: tuple[str, dict[str, Any], str]) -> None:
-        self.url, self.storage_options, self.fingerprint = state
+    def __setstate__(self, state: tuple[str, dict[str, Any], str, tuple[str, ...] | None]) -> None:
+        self.url, self.storage_options, self.fingerprint, self.columns = state
 
-    def key(self) -> tuple[str, str, str]:
-        return self.url, repr(sorted(self.storage_options.items())), self.fingerprint
+    def key(self) -> tuple[str, str, str, str]:
+        options = repr(sorted(self.storage_options.items()))
+        return self.url, options, self.fingerprint, repr(self.columns)
+
+    def open(self) -> Source:
+        """The source at this place, opened as the driver opened it."""
+        config = SourceConfig(self.url, columns=self.columns)
+        return open_source(
+            config, storage_options=self.storage_options, cache=None, page_bytes=SAMPLE_PAGE_BYTES
+        )
 
 
-def fingerprint(dataset: ShardDataset) -> str:
-    """A digest of the dataset's shards (names, sizes, SHA-256s): what the driver planned
+def fingerprint(source: Source) -> str:
+    """A digest of what the source reads: a packed dataset's shards (names, sizes,
+    SHA-256s), a Parquet table's row groups (files, rows, bytes): what the driver planned
     from, for workers to check."""
     digest = hashlib.sha256()
-    for shard in dataset.shards:
-        digest.update(f"{shard.name}\0{shard.size}\0{shard.sha256}\n".encode())
+    for dataset in source.datasets:
+        if isinstance(dataset, ShardDataset):
+            for shard in dataset.shards:
+                digest.update(f"{shard.name}\0{shard.size}\0{shard.sha256}\n".encode())
+        else:
+            for unit in (0, len(dataset) - 1):
+                digest.update(f"{source.shard_of(unit)}\0{len(dataset)}\n".encode())
     return digest.hexdigest()
 
 
 # One opened dataset per worker process and location: a task's ids index into it, so it
 # is opened (its index read) once per process rather than once per read group.
-_OPENED: dict[tuple[str, str, str], DatasetSource] = {}
+_OPENED: dict[tuple[str, str, str, str], Source] = {}
 _OPENING = threading.Lock()
 
 
-def worker_source(where: Where) -> DatasetSource:
-    """This process's opened dataset at ``where`` (opened on first use, then kept).
+def worker_source(where: Where) -> Source:
+    """This process's opened source at ``where`` (opened on first use, then kept).
 
     Raises:
-        ValueError: Its shards are not those the driver planned from.
+        ValueError: Its shards (or row groups) are not those the driver planned from.
     """
     key = where.key()
     with _OPENING:
         found = _OPENED.get(key)
         if found is None:
-            dataset = open_dataset(where.url, storage_options=where.storage_options)
-            if fingerprint(dataset) != where.fingerprint:
+            opened = where.open()
+            if fingerprint(opened) != where.fingerprint:
                 raise ValueError(
                     f"{where.url}: the dataset's shards changed after read_dataset() planned "
                     "the epoch; make the dataset again"
                 )
-            found = _OPENED[key] = DatasetSource(dataset)
+            found = _OPENED[key] = opened
         return found
 
 
@@ -107,7 +129,7 @@ class GroupRead:
 
     def __call__(self) -> Iterator[Any]:
         source = worker_source(self.where)
-        engine = source.dataset.store.engine
+        engine = source.datasets[0].store.engine
         # Every group's GETs go out now: the later groups arrive while Ray decodes the
         # first (a task's read and its decoding run in turn, block by block).
         fetches = [engine.submit(source.read_async(ids.tolist())) for _, ids in self.groups]
