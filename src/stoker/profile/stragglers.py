@@ -111,9 +111,7 @@ class Stragglers:
             "straggler": self.straggler,
             "median_wait_s": self.median_wait_s,
             "reasons": self.reasons,
-            "ranks": [
-                {name: getattr(r, name) for name in RankInput.__slots__} for r in self.ranks
-            ],
+            "ranks": [{name: getattr(r, name) for name in RankInput.__slots__} for r in self.ranks],
         }
 
 
