@@ -11,8 +11,9 @@ and its ``error``, which the loader raises or skips like an undecodable image:
 - :class:`~stoker.pipeline.dataset_source.DatasetSource`: samples of one packed dataset,
   with rows of side tables (``.npy`` arrays in the bucket, read by ranged GETs; see
   :mod:`stoker.format.sidetable`) attached under their names;
-- :class:`MixedSource`: several dataset (or token) sources in set proportions
-  (:mod:`stoker.pipeline.mixing`), each unit tagged with its ``source``;
+- :class:`~stoker.pipeline.mixed_source.MixedSource`: several sources (packed, Parquet
+  or token) in set proportions (:mod:`stoker.pipeline.mixing`), each unit tagged with its
+  ``source``;
 - :class:`~stoker.pipeline.window_source.WindowSource`: windows of consecutive records
   (:mod:`stoker.pipeline.windows`); a unit holds its ``records`` in order, its labels as
   an array, and each side table's rows stacked per record;
@@ -24,26 +25,23 @@ for every source.
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
-from typing import Any, Protocol
-
-import numpy as np
+from typing import Any
 
 from stoker.errors import BucketNotFoundError, SourceError
 from stoker.format.reader import ShardDataset, open_dataset
 from stoker.format.sidetable import SideTable, open_side_table
-from stoker.pipeline.batcher import Batcher, BatcherSettings
 from stoker.pipeline.config import BLOCK_PAGE_BYTES, CacheConfig, SourceConfig
 from stoker.pipeline.dataset_source import LOADER_MAX_GAP_BYTES as LOADER_MAX_GAP_BYTES
 from stoker.pipeline.dataset_source import DatasetSource as DatasetSource
-from stoker.pipeline.mixing import MixConfig, MixedOrder, mixed_epoch_order, source_counts
-from stoker.pipeline.order import EpochOrder, OrderConfig
+from stoker.pipeline.mixed_source import MixedSource as MixedSource
+from stoker.pipeline.mixed_source import MixPart
+from stoker.pipeline.mixed_source import mix_parts as mix_parts
+from stoker.pipeline.mixed_source import mixed_order as mixed_order
+from stoker.pipeline.order import OrderConfig
 from stoker.pipeline.plan import block_size_for
 from stoker.pipeline.source import Source as Source
-from stoker.pipeline.source import SourceDataset
 from stoker.pipeline.tokens import token_block_size, token_sources
 from stoker.pipeline.window_source import WindowSource as WindowSource
 from stoker.pipeline.windows import (
@@ -52,141 +50,6 @@ from stoker.pipeline.windows import (
 from stoker.storage.cache import DiskCache
 from stoker.storage.cached import cache_reads
 from stoker.storage.open import open_store
-
-
-class MixPart(Source, Protocol):
-    """A source a mix can take: its units in shards (blocks never cross them), and the
-    batcher of a mix of it and others of its kind."""
-
-    @property
-    def shard_sizes(self) -> list[int]:
-        """Units in each shard (a Parquet table's row groups)."""
-        ...
-
-    def mix_batcher(
-        self, mix: Source, parts: Sequence[object], settings: BatcherSettings
-    ) -> Batcher:
-        """The batcher of ``mix``, a mix of this source and ``parts``."""
-        ...
-
-
-class MixedSource:
-    """Several dataset (or token) sources in one epoch, in the proportions of ``mix``.
-
-    Unit ids are mixed ids (see :mod:`stoker.pipeline.mixing`); each unit carries the
-    ``source`` it came from. Every source uses the loader's order settings with its own
-    block size (its blocks hold about as many bytes as the loader aims for). Token sources
-    of one ``seq_len`` have units of equal tokens, so proportions of units are proportions
-    of tokens.
-
-    Args:
-        sources: The sources, in the order of ``mix``'s weights or counts.
-        mix: How much of each source an epoch holds.
-        block_sizes: Each source's samples per block.
-    """
-
-    def __init__(
-        self,
-        sources: Sequence[MixPart],
-        mix: MixConfig,
-        block_sizes: Sequence[int],
-    ) -> None:
-        if mix.sources != len(sources):
-            raise ValueError(f"mix is for {mix.sources} sources, but {len(sources)} were given")
-        if len({s.row_fields is None for s in sources}) > 1:  # token rows, or samples
-            raise ValueError("a mix's sources must have units of one kind (samples or tokens)")
-        self.sources: list[MixPart] = list(sources)
-        self.mix = mix
-        self.block_sizes = list(block_sizes)
-        sizes = [s.units() for s in self.sources]
-        self._offsets = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)]).astype(np.int64)
-        self._last: tuple[tuple[OrderConfig, int], MixedOrder] | None = None
-
-    @property
-    def url(self) -> str:
-        return " + ".join(s.url for s in self.sources)
-
-    @property
-    def datasets(self) -> list[SourceDataset]:
-        return [d for s in self.sources for d in s.datasets]
-
-    @property
-    def extra_fields(self) -> tuple[str, ...]:
-        names = [set(s.extra_fields) for s in self.sources]
-        common = set.intersection(*names) if names else set()
-        return ("source", *sorted(common))
-
-    def mixed_order(self, config: OrderConfig, epoch: int) -> MixedOrder:
-        """The mixed epoch with each source's share (see :class:`MixedOrder`)."""
-        if self._last is not None and self._last[0] == (config, epoch):
-            return self._last[1]
-        orders = [replace(config, block_size=b) for b in self.block_sizes]
-        mixed = mixed_epoch_order(
-            [s.shard_sizes for s in self.sources], orders=orders, mix=self.mix, epoch=epoch
-        )
-        self._last = ((config, epoch), mixed)
-        return mixed
-
-    @property
-    def cut_first_batch(self) -> bool:
-        return self.sources[0].cut_first_batch
-
-    @property
-    def row_fields(self) -> tuple[str, ...] | None:
-        fields = self.sources[0].row_fields
-        return None if fields is None else (*fields, "source")
-
-    one_get_per_unit = False
-
-    def order_defaults(self, order: OrderConfig, *, units: int, unit_bytes: float) -> OrderConfig:
-        return self.sources[0].order_defaults(order, units=units, unit_bytes=unit_bytes)
-
-    def make_batcher(self, settings: BatcherSettings) -> Batcher:
-        return self.sources[0].mix_batcher(self, self.sources, settings)
-
-    def shard_of(self, unit: int) -> str | None:
-        which, local = self._locate([unit])
-        return self.sources[int(which[0])].shard_of(int(local[0]))
-
-    def epoch_order(self, config: OrderConfig, epoch: int) -> EpochOrder:
-        return self.mixed_order(config, epoch).order
-
-    def units(self) -> int:
-        return sum(source_counts([s.units() for s in self.sources], self.mix))
-
-    def shuffled(self) -> bool:
-        return all(s.shuffled() for s in self.sources)
-
-    def _locate(self, ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-        offsets = self._offsets
-        values = np.asarray(ids, dtype=np.int64) % max(int(offsets[-1]), 1)
-        which = np.searchsorted(offsets[1:], values, side="right").astype(np.int64)
-        return which, values - offsets[which]
-
-    def unit_bytes(self) -> float:
-        weights = np.asarray([s.units() for s in self.sources], dtype=np.float64)
-        sizes = np.asarray([s.unit_bytes() for s in self.sources])
-        return float((weights * sizes).sum() / max(weights.sum(), 1.0))
-
-    def nbytes(self, ids: Sequence[int]) -> int:
-        which, local = self._locate(ids)
-        return sum(
-            self.sources[k].nbytes(local[which == k].tolist()) for k in range(len(self.sources))
-        )
-
-    async def read_async(self, ids: Sequence[int]) -> list[dict[str, Any]]:
-        which, local = self._locate(ids)
-        parts = await asyncio.gather(
-            *(s.read_async(local[which == k].tolist()) for k, s in enumerate(self.sources))
-        )
-        cursors = [iter(part) for part in parts]
-        out = []
-        for k in which.tolist():
-            unit = dict(next(cursors[k]))  # a repeat must not share its dict with the first
-            unit["source"] = k
-            out.append(unit)
-        return out
-
 
 #: What a Loader accepts as its source.
 SourceLike = (
@@ -256,17 +119,14 @@ def open_source(
         name: _open_table(url, storage_options, disk)
         for name, url in (config.side_tables or {}).items()
     }
-    packed_parts: list[MixPart] = [
-        DatasetSource(d, tables if n == 0 else None) for n, d in enumerate(datasets)
-    ]
-    sources = [in_place.get(n) or packed_parts.pop(0) for n in range(len(opened))]
     if config.mix is not None:
+        packed_parts: list[MixPart] = [DatasetSource(d) for d in datasets]
+        sources = [in_place.get(n) or packed_parts.pop(0) for n in range(len(opened))]
         return MixedSource(sources, config.mix, [_block_size(s) for s in sources])
-    if not isinstance(sources[0], DatasetSource):  # only a mix reaches here with one
-        raise ValueError(f"{sources[0].url}: windows and side tables need a packed dataset")
+    first = DatasetSource(datasets[0], tables)  # no mix: one packed dataset (_open_part)
     if config.window is not None:
-        return _window_source(sources[0], config.window)
-    return sources[0]
+        return _window_source(first, config.window)
+    return first
 
 
 def _open_part(
@@ -332,22 +192,6 @@ def _window_source(source: DatasetSource, window: WindowConfig) -> WindowSource:
             "(PackConfig(shuffle_seed=None))"
         )
     return WindowSource(source, window)
-
-
-def mixed_order(source: Source, config: OrderConfig, epoch: int) -> MixedOrder:
-    """The mixed epoch of ``source`` (see :class:`MixedOrder`).
-
-    Raises:
-        ValueError: ``source`` is no mix.
-    """
-    if not isinstance(source, MixedSource):
-        raise ValueError("mix_shares() needs a loader over several datasets with mix=")
-    return source.mixed_order(config, epoch)
-
-
-def mix_parts(source: Source) -> list[Source]:
-    """The sources ``source`` mixes, or ``[source]`` for one that mixes none."""
-    return list(source.sources) if isinstance(source, MixedSource) else [source]
 
 
 def _cached(dataset: ShardDataset, disk: DiskCache, page_bytes: int) -> ShardDataset:
