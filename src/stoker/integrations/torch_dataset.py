@@ -29,7 +29,7 @@ from stoker.pipeline.config import (
 from stoker.pipeline.dataset_source import packed_dataset
 from stoker.pipeline.loader import Loader
 from stoker.pipeline.order import OrderConfig
-from stoker.pipeline.plan import batches_per_epoch, resolve_order, resolve_seed
+from stoker.pipeline.plan import Partition, loader_drop_last, resolve_order, resolve_seed
 from stoker.pipeline.source import Source
 from stoker.pipeline.sources import SourceLike, open_source
 from stoker.pipeline.token_loader import loader_arguments
@@ -181,12 +181,9 @@ class StokerIterableDataset(IterableDataset[dict[str, Any]]):
             shuffled=source.shuffled(),
         )
         world = options.get("world") or World()
-        return batches_per_epoch(
-            source.epoch_order(order, self.epoch),
-            world=world,
-            batch_size=self.batch_size,
-            drop_last=options.get("drop_last", False),
-        )
+        drop_last = loader_drop_last(order, options.get("drop_last", False))
+        partition = Partition(order, world, self.batch_size, drop_last)
+        return partition.batches(source.epoch_order(order, self.epoch))
 
     def fresh_state(self, epoch: int | None = None) -> dict[str, Any]:
         """The state of the start of epoch ``epoch`` (default: this one; see

@@ -2,17 +2,22 @@
 
 A :class:`~stoker.pipeline.loader.Loader` keeps the epoch it delivers in one and, while that
 epoch ends, starts the next epoch's in another: its first read groups fetched and its first
-batches decoding, so the pipeline does not drain at the boundary.
+batches decoding, so the pipeline does not drain at the boundary. :meth:`EpochRun.prepare`
+makes a run's first batch on a thread of its own before it is asked for
+(:meth:`stoker.Loader.start`: while a training script loads its model).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from collections import deque
 from concurrent.futures import CancelledError
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from stoker.errors import StokerError
 from stoker.pipeline.batcher import Batcher, DecodeWorkers
@@ -36,6 +41,7 @@ class EpochRun:
         lead: Threads to decode the first batch on, alone (0: as every other batch); see
             :meth:`stoker.Loader.lead_next_epoch`.
         fresh: The epoch is run from its beginning: its skips are counted from 0.
+        made: The next batch, with its number, made ahead by :meth:`prepare`.
     """
 
     epoch: int
@@ -46,7 +52,11 @@ class EpochRun:
     pid: int = field(default_factory=os.getpid)
     lead: int = 0
     fresh: bool = True
+    made: tuple[int, dict[str, Any]] | None = None
     _threads: int = 0  # the decode threads to go back to after a led first batch
+    _preparing: threading.Thread | None = None  # prepare's thread, until it is joined
+    _prepared: threading.Event = field(default_factory=threading.Event)
+    _error: BaseException | None = None  # what prepare's thread raised, for the consumer
 
     @classmethod
     def start(
@@ -96,6 +106,74 @@ class EpochRun:
             self.decodes.append((self.pending.popleft(), started))
             self.stream.top_up()  # taking them made room
 
+    @property
+    def left(self) -> bool:
+        """Whether a batch is left to deliver."""
+        return bool(self.pending or self.decodes) or self.made is not None
+
+    def prepare(
+        self, batches: Batcher, depth: int, skipped: list[tuple[str, str]], budget: SkipBudget
+    ) -> None:
+        """Make the first batch on a thread of its own, now (see :meth:`next_batch`); then
+        fetch the stream's ``depth`` read groups ahead and start decoding (up to ``depth``
+        batches here) the batches whose samples are in by then."""
+        if self.pending or self.decodes:
+            self._preparing = threading.Thread(
+                target=self._prepare,
+                args=(batches, depth, skipped, budget),
+                name="stoker first batch",
+                daemon=True,
+            )
+            self._preparing.start()
+        else:
+            self._prepared.set()
+
+    def _prepare(
+        self, batches: Batcher, depth: int, skipped: list[tuple[str, str]], budget: SkipBudget
+    ) -> None:
+        try:
+            self.fill(batches, depth)
+            self.made = self.finish_next(batches, skipped, budget)
+            self.stream.delivering = True
+            self.start_ready(batches, depth)
+        except BaseException as exc:  # re-raised where the batch is asked for
+            self._error = exc
+        finally:
+            self._prepared.set()
+
+    def prepared(self, timeout_s: float | None) -> bool:
+        """Whether :meth:`prepare`'s first batch is made (or failed), waiting for it at most
+        ``timeout_s`` seconds (None: until it is)."""
+        return self._prepared.wait(timeout_s)
+
+    def _joined(self) -> None:
+        if self._preparing is not None:
+            self._preparing.join()
+            self._preparing = None
+
+    def next_batch(
+        self,
+        batches: Batcher,
+        depth: int,
+        skipped: list[tuple[str, str]],
+        budget: SkipBudget,
+    ) -> tuple[int, dict[str, Any]]:
+        """The next batch with its number: the one :meth:`prepare` made, else started (up to
+        ``depth`` decoding) and finished now (see :meth:`finish_next`).
+
+        Raises:
+            SkipBudgetError: Its skips take the epoch past the budget.
+        """
+        self._joined()
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+        if self.made is not None:
+            made, self.made = self.made, None
+            return made
+        self.fill(batches, depth)
+        return self.finish_next(batches, skipped, budget)
+
     def finish_next(
         self, batches: Batcher, skipped: list[tuple[str, str]], budget: SkipBudget
     ) -> tuple[int, dict[str, Any]]:
@@ -112,6 +190,8 @@ class EpochRun:
         before = len(skipped)
         batch = batches.finish(pending, skipped)
         budget.took(skipped[before:], pending.ids, batch, self.epoch)
+        if self.plan.exact:  # every row a unit of the epoch, delivered once
+            batch["real"] = np.ones(len(batch["index"]), dtype=bool)
         return number, batch
 
     def start_ready(self, batches: Batcher, room: int) -> None:
@@ -138,6 +218,8 @@ class EpochRun:
         process's shared-memory slot is freed when its batch is collected)."""
         if not self.here:
             return  # a parent's: its threads and processes are not here
+        self._joined()
+        self.made, self._error = None, None
         workers = _resizable(batches)
         if self._threads and workers is not None:  # a led first batch never delivered
             workers.resize(self._threads)

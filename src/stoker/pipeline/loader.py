@@ -22,7 +22,6 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal
 
-from stoker.core.checks import check_bool
 from stoker.core.metrics import Stage, Stages, TraceEvent
 from stoker.pipeline.autotune import AutotuneConfig, Autotuner, default_threads
 from stoker.pipeline.batcher import BatcherSettings
@@ -34,23 +33,24 @@ from stoker.pipeline.config import (
     check_loader_arguments,
     config_or_default,
 )
-from stoker.pipeline.epoch_run import EpochRun, taken_over
+from stoker.pipeline.epoch_run import EpochRun
 from stoker.pipeline.mixing import SourceShare
 from stoker.pipeline.order import EpochOrder, OrderConfig, Segment
 from stoker.pipeline.plan import (
     DropLast,
     EpochPlan,
-    batches_per_epoch,
+    Partition,
+    loader_drop_last,
     log_padding,
-    plan_epoch,
     resolve_order,
     warn_if_small,
 )
 from stoker.pipeline.prefetch import Prefetcher
 from stoker.pipeline.resume import resume_point
+from stoker.pipeline.run_starter import Place, RunStarter
 from stoker.pipeline.skips import SkipBudget
 from stoker.pipeline.sources import SourceLike, mixed_order, open_source
-from stoker.pipeline.stats import LoaderStats, ProgressLog, samples_per_epoch
+from stoker.pipeline.stats import LoaderStats, ProgressLog
 from stoker.pipeline.tokens import first_batch_apart
 from stoker.pipeline.world import World
 
@@ -87,6 +87,8 @@ class Loader:
         order: Shuffle settings (:class:`~stoker.pipeline.order.OrderConfig`): mode
             (``"none"`` for no shuffle), seed, block, group and window sizes; unset ones
             are derived from the data (:func:`~stoker.pipeline.plan.resolve_order`).
+            ``exact=True``: every unit once over the ranks, and each batch has a ``real``
+            field (docs/evaluation.md).
         world: This rank and loader worker (:class:`~stoker.pipeline.world.World`);
             default rank 0 of 1. Worker ``w`` of ``num_workers`` makes batches
             ``w, w + num_workers, ...`` of its rank's epoch (counted from the resume point);
@@ -152,7 +154,8 @@ class Loader:
         self.transform = transform
         self.world = config_or_default("world", world, World)
         self.rank, self.world_size = self.world.rank, self.world.world_size
-        self.drop_last = drop_last if drop_last == "ranks" else check_bool("drop_last", drop_last)
+        self.drop_last = loader_drop_last(self.order_config, drop_last)
+        self._partition = Partition(self.order_config, self.world, batch_size, self.drop_last)
         warn_if_small(units, world=self.world, batch_size=batch_size, url=self.source.url)
         self.num_threads = decode.threads if isinstance(decode.threads, int) else default_threads()
         # Read groups ahead: enough for two batches, at least two (past the window's `hold`).
@@ -187,10 +190,20 @@ class Loader:
         self._orders: dict[int, EpochOrder] = {}  # this epoch's and the next (read-ahead)
         self._stats = LoaderStats()
         self.skips = SkipBudget(decode, source=self.source, epoch_samples=self._epoch_samples)
-        self._next: EpochRun | None = None  # the next epoch, started while this one ends
         self.read_ahead = True
-        self._lead = 0  # threads for the next iteration's first batch (lead_next_epoch)
         self._progress = ProgressLog(logger)
+        self._runs = self._run_starter()
+
+    def _run_starter(self) -> RunStarter:
+        """Which run an iteration takes: the read-ahead's, start()'s, or a new one."""
+        return RunStarter(
+            plan=self._plan,
+            prefetcher=self._prefetcher,
+            batches=self._batches,
+            batch_size=self.batch_size,
+            depth=self._decode_depth,
+            on_drained=self._read_ahead,
+        )
 
     # -- plan ------------------------------------------------------------------------------
 
@@ -208,15 +221,7 @@ class Loader:
         return self._orders[epoch]
 
     def _plan(self, epoch: int, position: int = 0, segments: Sequence[Segment] = ()) -> EpochPlan:
-        plan = plan_epoch(
-            self._order(epoch),
-            world=self.world,
-            batch_size=self.batch_size,
-            drop_last=self.drop_last,
-            group_samples=self.order_config.group_samples,
-            position=position,
-            segments=segments,
-        )
+        plan = self._partition.plan(self._order(epoch), position, segments)
         return first_batch_apart(plan) if self.source.cut_first_batch else plan
 
     def mix_shares(self) -> tuple[SourceShare, ...]:
@@ -228,10 +233,9 @@ class Loader:
         return mixed_order(self.source, self.order_config, self.epoch).shares
 
     def batches_per_epoch(self) -> int:
-        """Batches this rank delivers in a full epoch (the same on every rank)."""
-        return batches_per_epoch(
-            self._order(), world=self.world, batch_size=self.batch_size, drop_last=self.drop_last
-        )
+        """Batches this rank delivers in a full epoch (the same on every rank; with
+        ``OrderConfig(exact=True)``, within one)."""
+        return self._partition.batches(self._order())
 
     def __len__(self) -> int:
         return self.batches_per_epoch()
@@ -271,6 +275,7 @@ class Loader:
             world_size=self.world.world_size,
             orders=self._order,
             drop_last=self.drop_last,
+            exact=self.order_config.exact,
         )
         self.epoch, self._position, self._segments = point.epoch, point.position, point.segments
         self.skips.restart(point.epoch, int(state.get("skipped", 0)))  # its count goes on
@@ -306,39 +311,42 @@ class Loader:
         )
 
     def _epoch_samples(self) -> int:
-        world, size, drop = self.world, self.batch_size, self.drop_last
-        return samples_per_epoch(self._order(), world=world, batch_size=size, drop_last=drop)
+        return self._partition.units(self._order())
 
     # -- iterate: plan -> prefetch -> decode -> deliver --------------------------------------
 
+    def start(self) -> None:
+        """Make the next iteration's first batch now, on a thread, then fetch ``prefetch``
+        read groups ahead, while the caller goes on (loads a model); iterating takes them.
+        After :meth:`load_state_dict`, or on a fresh loader; again, a no-op. Order, batches
+        and state are those without it; :meth:`ready` says when the first batch is made."""
+        self._runs.start(self._place(), self.prefetch, self._stats.skipped, self.skips)
+
+    def ready(self, timeout_s: float | None = 0.0) -> bool:
+        """Whether :meth:`start`'s first batch is made (or failed: iterating raises why),
+        waiting at most ``timeout_s`` seconds (None: until it is); False without start."""
+        return self._runs.ready(self._place(), timeout_s)
+
+    def _place(self) -> Place:
+        return Place(self.epoch, self._position, tuple(self._segments))
+
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        fresh = self._position == 0 and not self._segments  # the epoch from its start
-        run = taken_over(self._next, epoch=self.epoch, fresh=fresh, batches=self._batches)
-        self._next = None
-        if run is not None:  # read ahead: no cold first batch to keep the link free for,
-            run.stream.delivering = True  # so its next read groups are fetched from now on
-        else:
-            plan = self._plan(self.epoch, self._position, self._segments)
-            if (workers := self._batches.workers) is not None:  # None: made in this thread
-                workers.start_workers(batch_size=self.batch_size, depth=self._decode_depth)
-            stream = self._prefetcher.open(self.epoch, plan, on_drained=self._read_ahead)
-            run = EpochRun.start(self.epoch, plan, stream, fresh=fresh)
-        run.lead, self._lead = self._lead, 0
+        run = self._runs.take(self._place())
         log_padding(run.plan, self.epoch, self.world)
         self._stats.padded += run.plan.padded
         return self._run(run)
 
     def _run(self, run: EpochRun) -> Iterator[dict[str, Any]]:
         resumed = time.perf_counter()
-        while run.pending or run.decodes:
+        while run.left:
             run.stream.depth = self.prefetch
-            run.fill(self._batches, self._decode_depth)
-            number, batch = run.finish_next(self._batches, self._stats.skipped, self.skips)
+            skipped, budget = self._stats.skipped, self.skips
+            number, batch = run.next_batch(self._batches, self._decode_depth, skipped, budget)
             now = self._delivered(number, batch, resumed)
             run.stream.delivering = True
             run.start_ready(self._batches, self._decode_depth)  # busy while the caller steps
-            if not run.pending and self._next is not None and self.world.num_workers == 1:
-                self._next.start_ready(self._batches, self._decode_depth - len(run.decodes))
+            if not run.pending and self.world.num_workers == 1:  # the next epoch's decodes
+                self._runs.start_next(self._decode_depth - len(run.decodes))
             yield batch
             run.check_here()  # a forked child would wait forever for the parent's decodes
             resumed = time.perf_counter()
@@ -349,18 +357,13 @@ class Loader:
     def lead_next_epoch(self, threads: int) -> None:
         """Decode the next iteration's first batch alone, on ``threads`` threads (the
         DataLoader worker asked first, while the others wait for it), then as before."""
-        self._lead = threads
+        self._runs.lead = threads
 
     def _read_ahead(self) -> None:
         """Every read of this epoch is under way: start the next epoch (its first batch's
         reads; its first batches decode as this epoch's last ones do; see ``read_ahead``)."""
-        if not self.read_ahead or self._segments or self._next is not None:
-            return
-        epoch = self.epoch + 1  # this epoch's number until it ends
-        plan = self._plan(epoch)
-        stream = self._prefetcher.open(epoch, plan, on_drained=self._read_ahead)
-        self._next = EpochRun.start(epoch, plan, stream)
-        stream.top_up()
+        if self.read_ahead and not self._segments:
+            self._runs.read_ahead(self.epoch + 1)  # this epoch's number until it ends
 
     def _delivered(self, number: int, batch: dict[str, Any], resumed: float) -> float:
         """Count batch ``number`` as delivered; let the tuner and the log see it."""
@@ -383,8 +386,7 @@ class Loader:
         """Stop the decode threads (or processes) and close the disk cache's files; iterating
         again starts them anew."""
         self._prefetcher.drop_read_ahead()
-        taken_over(self._next, epoch=-1, fresh=False, batches=self._batches)  # dropped
-        self._next = None
+        self._runs.close()
         if (workers := self._batches.workers) is not None:
             workers.close()
         for dataset in self.source.datasets:

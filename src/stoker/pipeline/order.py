@@ -26,7 +26,8 @@ packed order.
 Ranks take contiguous pieces of the epoch's stream, cut by samples, so every rank runs the
 same number of steps and never hangs; at most ``world_size - 1`` samples are repeated (or,
 with ``drop_last``, dropped) to even them out, and only a block at the boundary of two
-pieces is read (in part) by two ranks.
+pieces is read (in part) by two ranks. With ``exact`` (evaluation) nothing is repeated or
+dropped: the pieces differ in length by at most one sample (:func:`exact_length`).
 
 Resume after a change of world size: the samples that earlier segments of the epoch
 consumed are removed from the epoch's order, and the rest is partitioned anew.
@@ -40,7 +41,7 @@ from typing import Literal
 
 import numpy as np
 
-from stoker.core.checks import check_choice, check_int
+from stoker.core.checks import check_bool, check_choice, check_int
 from stoker.pipeline.rank_layout import mix_window, split_groups_by_position
 
 ShuffleMode = Literal["blocks", "random", "none"]
@@ -83,6 +84,10 @@ class OrderConfig:
             to be read and draws from them; the window then widens to ``window``. Unset:
             :func:`default_window_start`, a first batch soon; ``window_start = window``
             reads the whole window first and mixes the first batches as well as the rest.
+        exact: Exact evaluation: every unit of the epoch delivered once over all ranks and
+            workers, none repeated or dropped to even out the ranks; a rank's share is
+            ``N // world_size`` or one more, so ranks' step counts may differ by one, and
+            each rank's last batch may be short (docs/evaluation.md).
     """
 
     mode: ShuffleMode = "blocks"
@@ -91,9 +96,11 @@ class OrderConfig:
     group_blocks: int | None = None
     window: int | None = None
     window_start: int | None = None
+    exact: bool = False
 
     def __post_init__(self) -> None:
         check_choice("mode", self.mode, ("blocks", "random", "none"))
+        check_bool("OrderConfig exact", self.exact)
         if self.seed is not None:
             check_int("OrderConfig seed", self.seed, minimum=0)
         for name in ("block_size", "group_blocks", "window", "window_start"):
@@ -263,6 +270,16 @@ def share_length(total: int, *, world_size: int, drop_last: bool = False) -> int
     return total // world_size if drop_last else -(-total // world_size)
 
 
+def exact_length(total: int, *, rank: int, world_size: int) -> int:
+    """Samples in rank ``rank``'s share of an epoch of ``total`` with ``exact``: the first
+    ``total % world_size`` ranks take one more than ``total // world_size``."""
+    return total // world_size + (rank < total % world_size)
+
+
+def _exact_start(total: int, rank: int, world_size: int) -> int:
+    return rank * (total // world_size) + min(rank, total % world_size)
+
+
 def assign(
     order: EpochOrder,
     *,
@@ -270,6 +287,7 @@ def assign(
     world_size: int,
     drop_last: bool = False,
     exclude: np.ndarray | None = None,
+    exact: bool = False,
 ) -> Share:
     """This rank's share of ``order``: one contiguous piece of the epoch's stream.
 
@@ -288,9 +306,11 @@ def assign(
             repeating its first ones.
         exclude: Sample ids already consumed earlier in this epoch (see :func:`consumed`);
             they are removed before partitioning.
+        exact: Neither repeat nor drop (``drop_last`` unused): the pieces' lengths differ
+            by at most one (:func:`exact_length`).
 
     Returns:
-        The rank's samples; every rank gets the same count.
+        The rank's samples; every rank gets the same count (with ``exact``, within one).
     """
     samples, starts = order.samples, order.group_starts
     if exclude is not None and len(exclude):
@@ -299,10 +319,15 @@ def assign(
         starts = np.unique(np.concatenate([[0], np.cumsum(keep)])[starts])
         samples = samples[keep]
     total = len(samples)
-    each = share_length(total, world_size=world_size, drop_last=drop_last)
-    # Where ranks' pieces meet (and where drop_last cuts the tail off).
-    cuts = [r * each for r in range(1, world_size + drop_last)]
-    first = rank * each
+    if exact:
+        each = exact_length(total, rank=rank, world_size=world_size)
+        cuts = [_exact_start(total, r, world_size) for r in range(1, world_size)]
+        first = _exact_start(total, rank, world_size)
+    else:
+        each = share_length(total, world_size=world_size, drop_last=drop_last)
+        # Where ranks' pieces meet (and where drop_last cuts the tail off).
+        cuts = [r * each for r in range(1, world_size + drop_last)]
+        first = rank * each
     # Only the groups at this rank's two ends change its samples (its repeats, if any, are
     # samples of the epoch whichever way the stream's start is laid out).
     samples = split_groups_by_position(samples, starts, cuts, {first, first + each})
@@ -315,6 +340,8 @@ def assign(
         start = order.window_start or default_window_start(order.window)
         rng = np.random.default_rng(seed)
         mine, groups = mix_window(mine, groups, order.window, rng, start=min(start, order.window))
+    if exact:
+        return Share(mine, 0, 0, 0, groups)
     if drop_last:
         return Share(mine, 0, total - each * world_size, 0, groups)
     repeats = each * world_size - total
@@ -340,18 +367,25 @@ def consumed(
     *,
     drop_last: bool = False,
     seen: np.ndarray | None = None,
+    exact: bool = False,
 ) -> np.ndarray:
     """Sample ids consumed so far in this epoch by all ranks, over earlier segments (those
     after the segments that consumed ``seen``, if given).
 
     Padding repeats are not new samples, so they are simply part of a rank's share; the
-    union over ranks is what the epoch has delivered.
+    union over ranks is what the epoch has delivered. With ``exact`` a rank whose share is
+    shorter than ``consumed`` has delivered all of it.
     """
     seen = np.zeros(0, dtype=np.int64) if seen is None else seen
     for segment in segments:
         taken = [
             assign(
-                order, rank=r, world_size=segment.world_size, drop_last=drop_last, exclude=seen
+                order,
+                rank=r,
+                world_size=segment.world_size,
+                drop_last=drop_last,
+                exclude=seen,
+                exact=exact,
             ).samples[: segment.consumed]
             for r in range(segment.world_size)
         ]

@@ -14,7 +14,7 @@ from typing import Literal
 
 import numpy as np
 
-from stoker.core.checks import check_int
+from stoker.core.checks import check_bool, check_int
 from stoker.pipeline.order import (
     DEFAULT_GROUP_BLOCKS,
     EpochOrder,
@@ -22,6 +22,7 @@ from stoker.pipeline.order import (
     Segment,
     assign,
     consumed,
+    exact_length,
     share_length,
 )
 from stoker.pipeline.world import World
@@ -150,22 +151,64 @@ def drops_ranks(drop_last: DropLast) -> bool:
     return drop_last is True or drop_last == "ranks"
 
 
-def batches_per_epoch(
-    order: EpochOrder, *, world: World, batch_size: int, drop_last: DropLast
+def loader_drop_last(order: OrderConfig, drop_last: object) -> DropLast:
+    """The ``drop_last`` a Loader plans with: as given, or False with ``order.exact``
+    (nothing evens out the ranks; ``"ranks"``, which a token loader gives for
+    ``drop_last=False``, is taken as False).
+
+    Raises:
+        TypeError: ``drop_last`` is neither a bool nor ``"ranks"``.
+        ValueError: ``order.exact`` with ``drop_last=True``, which would drop each rank's
+            last short batch.
+    """
+    checked: DropLast = "ranks" if drop_last == "ranks" else check_bool("drop_last", drop_last)
+    if not order.exact:
+        return checked
+    if checked is True:
+        raise ValueError(
+            "OrderConfig(exact=True) delivers every unit once, and drop_last=True would drop "
+            "each rank's last, short batch: give drop_last=False (a TokenLoader's and "
+            "JaxLoader's default is True)"
+        )
+    return False
+
+
+def rank_batches(
+    samples: int,
+    world_size: int,
+    batch_size: int,
+    drop_last: DropLast,
+    *,
+    exact: bool = False,
+    rank: int = 0,
 ) -> int:
-    """Batches one rank delivers in a full epoch of ``order`` (the same on every rank)."""
-    return rank_batches(len(order.samples), world.world_size, batch_size, drop_last)
-
-
-def rank_batches(samples: int, world_size: int, batch_size: int, drop_last: DropLast) -> int:
-    """Batches one rank delivers in a full epoch of ``samples``."""
-    units = rank_units(samples, world_size=world_size, batch_size=batch_size, drop_last=drop_last)
+    """Batches one rank (with ``exact``, rank ``rank``) delivers in a full epoch of
+    ``samples``."""
+    units = rank_units(
+        samples,
+        world_size=world_size,
+        batch_size=batch_size,
+        drop_last=drop_last,
+        exact=exact,
+        rank=rank,
+    )
     return -(-units // batch_size)
 
 
-def rank_units(units: int, *, world_size: int, batch_size: int, drop_last: DropLast) -> int:
+def rank_units(
+    units: int,
+    *,
+    world_size: int,
+    batch_size: int,
+    drop_last: DropLast,
+    exact: bool = False,
+    rank: int = 0,
+) -> int:
     """Units one rank delivers in a full epoch of ``units``: its share (padding included),
-    less the last incomplete batch with ``drop_last=True``."""
+    less the last incomplete batch with ``drop_last=True``; with ``exact``, rank ``rank``'s
+    share (:func:`~stoker.pipeline.order.exact_length`)."""
+    if exact:
+        return exact_length(units, rank=rank, world_size=world_size)
     n = share_length(units, world_size=world_size, drop_last=drops_ranks(drop_last))
     return n - n % batch_size if drop_last is True else n
 
@@ -213,6 +256,7 @@ class EpochPlan:
             requested once per worker and epoch.
         padded: Samples the rank's share repeats to even out the ranks.
         epoch_padded: Samples the epoch repeats over all ranks (fewer than the ranks).
+        exact: Every unit once over the ranks: each batch gets a ``real`` row mask.
     """
 
     batches: list[np.ndarray]
@@ -220,6 +264,7 @@ class EpochPlan:
     chunks: list[np.ndarray]
     padded: int = 0
     epoch_padded: int = 0
+    exact: bool = False
 
     def wanted(self) -> list[np.ndarray]:
         """The sample ids of this worker's batches, in delivery order."""
@@ -235,6 +280,7 @@ def plan_epoch(
     group_samples: int,
     position: int = 0,
     segments: Sequence[Segment] = (),
+    exact: bool = False,
 ) -> EpochPlan:
     """This worker's batches of its rank's share of ``order``, from batch ``position`` on.
 
@@ -249,15 +295,18 @@ def plan_epoch(
         position: Batches of the epoch already delivered.
         segments: Earlier parts of the epoch run on other world sizes; what they consumed
             is left out and the rest partitioned anew.
+        exact: Every unit once over the ranks, nothing repeated or dropped (see
+            :class:`~stoker.pipeline.order.OrderConfig`); ``drop_last`` must be False.
     """
     drop = drops_ranks(drop_last)
-    exclude = consumed(order, segments, drop_last=drop) if segments else None
+    exclude = consumed(order, segments, drop_last=drop, exact=exact) if segments else None
     share = assign(
         order,
         rank=world.rank,
         world_size=world.world_size,
         drop_last=drop,
         exclude=exclude,
+        exact=exact,
     )
     samples = share.samples
     batches = [samples[b : b + batch_size] for b in range(0, len(samples), batch_size)]
@@ -278,7 +327,51 @@ def plan_epoch(
         for piece in _by_group(samples[at], share.groups[at])
         for i in range(0, len(piece), group_samples)
     ]
-    return EpochPlan(batches, mine, chunks, share.padded, share.epoch_padded)
+    return EpochPlan(batches, mine, chunks, share.padded, share.epoch_padded, exact)
+
+
+@dataclass(frozen=True, slots=True)
+class Partition:
+    """How a Loader cuts each epoch: by its order settings (read group size, ``exact``),
+    its place in the world, batch size and ``drop_last`` (see :func:`plan_epoch`)."""
+
+    order: OrderConfig
+    world: World
+    batch_size: int
+    drop_last: DropLast
+
+    @property
+    def exact(self) -> bool:
+        """Every unit once over the ranks (:class:`~stoker.pipeline.order.OrderConfig`)."""
+        return self.order.exact
+
+    def plan(self, order: EpochOrder, position: int, segments: Sequence[Segment]) -> EpochPlan:
+        """This worker's plan of ``order`` from batch ``position`` (see :func:`plan_epoch`)."""
+        return plan_epoch(
+            order,
+            world=self.world,
+            batch_size=self.batch_size,
+            drop_last=self.drop_last,
+            group_samples=self.order.group_samples,
+            position=position,
+            segments=segments,
+            exact=self.exact,
+        )
+
+    def units(self, order: EpochOrder) -> int:
+        """Units this rank delivers in a full epoch of ``order`` (see :func:`rank_units`)."""
+        return rank_units(
+            len(order.samples),
+            world_size=self.world.world_size,
+            batch_size=self.batch_size,
+            drop_last=self.drop_last,
+            exact=self.exact,
+            rank=self.world.rank,
+        )
+
+    def batches(self, order: EpochOrder) -> int:
+        """Batches this rank delivers in a full epoch of ``order``."""
+        return -(-self.units(order) // self.batch_size)
 
 
 def _by_group(stream: np.ndarray, groups: np.ndarray) -> list[np.ndarray]:

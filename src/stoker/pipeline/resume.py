@@ -40,6 +40,7 @@ def resume_point(
     world_size: int,
     orders: Callable[[int], EpochOrder] | None = None,
     drop_last: DropLast = False,
+    exact: bool = False,
 ) -> ResumePoint:
     """Where to continue a run saved as ``state`` (see :meth:`stoker.Loader.state_dict`).
 
@@ -56,6 +57,9 @@ def resume_point(
             epoch it resumes (no more batches than it has, no segment consuming more than
             was left of it, no segment of more ranks than its samples).
         drop_last: The loader's, for that check.
+        exact: The loader's ``OrderConfig.exact``, for that check: ranks' shares differ by
+            at most one, and ``batches`` counts those of the rank with the most (a rank whose
+            share is shorter has delivered all of it by then).
 
     Raises:
         TypeError: ``state`` is not a mapping, or a field is not an int (or, for
@@ -81,7 +85,7 @@ def resume_point(
         origins.append(("state['world_size']", f"state['batches'] ({batches} of {batch_size})"))
         point = ResumePoint(epoch, 0, [*segments, done], tuple(origins))
     if orders is not None:
-        _check_fits(point, orders(epoch), world_size, batch_size, drop_last)
+        _check_fits(point, orders(epoch), world_size, batch_size, drop_last, exact)
     return point
 
 
@@ -120,13 +124,19 @@ _AT_LEAST_ONE = ("batch_size", "world_size")
 
 
 def _check_fits(
-    point: ResumePoint, order: EpochOrder, world_size: int, batch_size: int, drop_last: DropLast
+    point: ResumePoint,
+    order: EpochOrder,
+    world_size: int,
+    batch_size: int,
+    drop_last: DropLast,
+    exact: bool,
 ) -> None:
-    """Refuse a resume point that consumed more of ``order`` than it holds."""
+    """Refuse a resume point that consumed more of ``order`` than it holds (rank 0 has the
+    longest share, ``exact`` or not)."""
     total = len(order.samples)
     where = f"epoch {point.epoch} has {total} samples"
     if not point.segments:
-        most = rank_batches(total, world_size, batch_size, drop_last)
+        most = rank_batches(total, world_size, batch_size, drop_last, exact=exact)
         if point.position > most:
             raise ValueError(
                 f"state['batches'] is {point.position}, but {where}: {most} batches of "
@@ -135,16 +145,18 @@ def _check_fits(
         return
     seen = np.zeros(0, dtype=np.int64)
     for segment, (ranks_field, samples_field) in zip(point.segments, point.origins, strict=True):
-        if segment.world_size > max(total, world_size):
+        if segment.world_size > max(total, world_size) and not exact:  # exact: ranks get 0
             raise ValueError(
                 f"{ranks_field} is {shown(segment.world_size)}: more ranks than {where}"
             )
         left = total - len(seen)
-        most = rank_batches(left, segment.world_size, batch_size, drop_last) * batch_size
+        most = rank_batches(left, segment.world_size, batch_size, drop_last, exact=exact)
+        most *= batch_size
         if segment.consumed > most:
             raise ValueError(
                 f"{samples_field} says each of {segment.world_size} ranks consumed "
                 f"{segment.consumed} samples, but {where} and {left} were left: at most {most}"
             )
         if segment.consumed:
-            seen = consumed(order, [segment], drop_last=drops_ranks(drop_last), seen=seen)
+            drop = drops_ranks(drop_last)
+            seen = consumed(order, [segment], drop_last=drop, seen=seen, exact=exact)
