@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import random
-import time
 
 import pytest
 
-from stoker.storage import StorageOptions, open_store
+from stoker.storage import StorageOptions, open_store, shaping
 from stoker.storage.engine import IOEngine
 from stoker.storage.shaping import PrefixShaper, Shapers, ShapingPolicy, prefix_of
 from stoker.testing.netproxy import NetProxy, RateLimitConfig
@@ -137,21 +136,29 @@ def test_non_adaptive_policy_counts_throttles_and_keeps_the_cap() -> None:
     assert s._window is None  # no slow start of the requests in flight either
 
 
-def test_a_cap_paces_requests() -> None:
-    s = PrefixShaper(policy=ShapingPolicy(), cap=200.0)
+def test_a_cap_paces_requests(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = FakeClock()
+    s = PrefixShaper(policy=ShapingPolicy(), cap=200.0, clock=clock, rng=random.Random(0))
 
-    async def take(n: int) -> float:
-        start = time.monotonic()
+    async def sleep(seconds: float) -> None:  # the shaper's waits move the fake clock
+        clock.now += max(seconds, 1e-9)  # as a real sleep does, however short
+
+    monkeypatch.setattr(shaping.asyncio, "sleep", sleep)
+
+    async def take(n: int) -> list[float]:
         waited = []
         for _ in range(n):
-            waited.append(await s.acquire())
+            waited.append((await s.acquire())[1])
             s.release()
-        assert sum(w for _, w in waited) > 0
-        return time.monotonic() - start
+        return waited
 
-    elapsed = asyncio.run(take(41))
-    assert 0.17 < elapsed < 0.6  # 40 tokens at 200/s after the first
-    assert s.waits > 0
+    start = clock.now
+    waited = asyncio.run(take(41))
+    # The first request goes at once; each of the other 40 waits for its token at 200/s.
+    assert waited[0] == 0.0
+    assert clock.now - start == pytest.approx(40 / 200, abs=1e-6)
+    assert sum(waited) == pytest.approx(40 / 200, abs=1e-6)
+    assert s.waits == 40
 
 
 def test_requests_in_flight_start_in_a_window_that_grows_with_each_success() -> None:
