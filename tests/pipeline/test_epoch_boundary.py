@@ -58,10 +58,9 @@ def test_the_first_epochs_end_reads_and_decodes_the_next_ones_start(
         assert stats[Stage.DECODE].items >= delivered + OPTIONS["batch_size"]  # type: ignore[operator]
         if set_epoch:
             loader.set_epoch(1)
-        asked = time.perf_counter()
+        # (It was fetched and decoded before it was asked for: the counts above.)
         batches = iter(loader)
         first = next(batches)
-        assert time.perf_counter() - asked < 0.2  # decoded already: no fetch, no decode
         second = [key for batch in batches for key in batch["key"]]
         # Nothing fetched twice, and the epoch is the one a fresh loader gives.
         assert loader.stats().stages[Stage.FETCH].calls >= 2 * chunks
