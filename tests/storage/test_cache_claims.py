@@ -88,22 +88,18 @@ def test_a_dead_claimants_claim_is_taken_over_and_a_live_one_waited_for_a_while(
         assert {f.read_text() for f in claims.glob("*")} == {f"{hanging.pid}\n"}
         # Alive: waited for claim_wait_s, then fetched here.
         bounded = _cached(str(tmp_path), delay_s=0.0, claim_wait_s=0.3)
-        started = time.monotonic()
         assert (
             bytes(bounded.get_range("obj", start=2 * PAGE, end=3 * PAGE))
             == DATA[2 * PAGE : 3 * PAGE]
         )
-        assert 0.3 <= time.monotonic() - started < 10
-        assert bounded.cache.counters.get("cache.wait_timeouts") == 1
+        assert bounded.cache.counters.get("cache.wait_timeouts") == 1  # waited, then fetched
         os.kill(hanging.pid or 0, signal.SIGKILL)
         hanging.join(timeout=10)
         # Dead: its claim on page 3 is taken over at once, however long a wait is allowed.
         patient = _cached(str(tmp_path), delay_s=0.0, claim_wait_s=3600)
-        started = time.monotonic()
         got = patient.get_range("obj", start=3 * PAGE, end=4 * PAGE)
         assert bytes(got) == DATA[3 * PAGE : 4 * PAGE]
-        assert time.monotonic() - started < 10
-        assert patient.cache.counters.get("cache.waits") == 0
+        assert patient.cache.counters.get("cache.waits") == 0  # taken over, not waited for
         assert patient.inner.counters.get("requests.get") == 1
         # The taker removed the claim it took over; page 2's stays until a cache is opened
         # a minute after its owner died.
