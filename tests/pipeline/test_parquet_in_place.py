@@ -213,3 +213,24 @@ def test_a_table_of_millions_of_rows_opens_without_a_reference_per_row(tmp_path:
     # table costs its row groups and eight bytes a row (the bytes each row fetches).
     assert peak < 40 * rows
     assert source.dataset.read_many([1_999_999])[0]["x.json"] == b"1999999"
+
+
+def test_read_groups_of_large_row_groups_hold_one_or_a_few(tmp_path: Any) -> None:
+    from stoker.pipeline.order import OrderConfig
+    from stoker.pipeline.plan import GROUP_TARGET_BYTES, resolve_order
+
+    rng = np.random.default_rng(0)
+    blobs = [rng.bytes(200_000) for _ in range(200)]  # 4 MB row groups of 20 rows
+    pq.write_table(pa.table({"blob": blobs}), tmp_path / "t.parquet", row_group_size=20)
+    source = open_parquet(str(tmp_path / "t.parquet"), storage_options=None)
+    units, unit_bytes = source.units(), source.unit_bytes()
+    order = resolve_order(
+        source.order_defaults(OrderConfig(), units=units, unit_bytes=unit_bytes),
+        seed=0,
+        units=units,
+        unit_bytes=unit_bytes,
+    )
+    assert order.block_size == 20  # a block is a row group
+    group_bytes = order.blocks * order.group_blocks * unit_bytes
+    assert group_bytes <= GROUP_TARGET_BYTES * 1.01  # not 16 row groups (64 MB) a group
+    assert order.group_blocks >= 1

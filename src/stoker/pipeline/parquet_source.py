@@ -43,6 +43,7 @@ from stoker.format.reader import member_entry
 from stoker.pipeline.batcher import Batcher, BatcherSettings
 from stoker.pipeline.batching import BatchAssembler
 from stoker.pipeline.order import EpochOrder, OrderConfig, epoch_order
+from stoker.pipeline.plan import group_blocks_for
 from stoker.pipeline.source import Source
 from stoker.storage.base import Store
 from stoker.storage.cache import DiskCache
@@ -186,17 +187,21 @@ class ParquetSource:
     def extra_fields(self) -> tuple[str, ...]:
         return ()
 
-    cut_first_batch = False  # a read group is a row group: a first batch comes from it
+    cut_first_batch = False  # a read group is a row group or two: a first batch comes from it
     row_fields = None  # every array of a batch has one row per sample
     one_get_per_unit = False
 
     def order_defaults(self, order: OrderConfig, *, units: int, unit_bytes: float) -> OrderConfig:
         """Blocks of a whole row group (unless ``block_size`` is given): a row group's
         chunks are fetched and decoded at once, so a block of part of one would make
-        every rank that reads a part fetch and decode all of it."""
+        every rank that reads a part fetch and decode all of it. Read groups of as many
+        row groups as make about the bytes the Loader aims a group at (one row group of
+        images is often 10 MB or more), so the first batch waits for one or two."""
         if order.block_size is not None:
             return order
-        return replace(order, block_size=max(self.dataset.group_rows))
+        block = max(self.dataset.group_rows)
+        groups = order.group_blocks or group_blocks_for(block, units=units, unit_bytes=unit_bytes)
+        return replace(order, block_size=block, group_blocks=groups)
 
     def make_batcher(self, settings: BatcherSettings) -> Batcher:
         return BatchAssembler.for_source(self, settings)
