@@ -139,3 +139,21 @@ def test_torch_loader_workers_resume_token_sequences_mid_epoch(tokens: Path) -> 
 def test_token_settings_without_seq_len_are_refused(tokens: Path) -> None:
     with pytest.raises(TypeError, match="give seq_len"):
         TorchLoader(tokens, batch_size=2, documents=True)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_best_fit_packing_is_taken_by_the_adapters_own_keywords(tokens: Path, workers: int) -> None:
+    settings = {**OPTIONS, "packing": "best-fit", "packing_window": 64}
+    expected = list(TokenLoader(tokens, **settings))
+    with TorchLoader(tokens, num_workers=workers, **settings) as loader:
+        got = list(loader)
+    assert len(got) == len(expected) > 3
+    assert any((b["labels"] == -100).any() for b in expected)  # padded: best-fit it is
+    for a, b in zip(got, expected, strict=True):
+        for name in ("input_ids", "labels", "targets", "index"):
+            assert np.array_equal(a[name].numpy(), b[name])
+
+
+def test_packing_without_seq_len_is_refused_by_name(tokens: Path) -> None:
+    with pytest.raises(TypeError, match="packing, pad_id: settings of token sequences"):
+        TorchLoader(tokens, batch_size=3, packing="best-fit", pad_id=0)

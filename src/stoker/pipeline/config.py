@@ -275,9 +275,13 @@ class AdapterOptions(LoaderOptions, total=False):
     """What the framework adapters take besides their own settings: the Loader's
     (:class:`LoaderOptions`) and :class:`~stoker.TokenLoader`'s sequence settings. With
     ``seq_len`` the source is read as token sequences of that length (``documents``:
-    add document boundaries; ``dtype``: of ``input_ids``, ``labels`` and ``targets``), as
+    add document boundaries; ``dtype``: of ``input_ids``, ``labels`` and ``targets``;
+    ``packing``, ``pad_id`` and ``packing_window``: best-fit packing), as
     :class:`~stoker.pipeline.token_batcher.TokenConfig` says."""
 
     seq_len: int
     documents: bool
     dtype: str
+    packing: str | None
+    pad_id: int | None
+    packing_window: int

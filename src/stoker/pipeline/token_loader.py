@@ -203,6 +203,10 @@ def token_drop_last(drop_last: bool) -> DropLast:
     return True if check_bool("drop_last", drop_last) else "ranks"
 
 
+#: The adapters' settings of token sequences (see :class:`~stoker.pipeline.config.AdapterOptions`).
+_TOKEN_OPTIONS = ("seq_len", "documents", "dtype", "packing", "pad_id", "packing_window")
+
+
 def loader_arguments(
     source: SourceLike, options: AdapterOptions
 ) -> tuple[SourceLike, LoaderOptions]:
@@ -213,17 +217,20 @@ def loader_arguments(
     Raises:
         TypeError: ``documents`` or ``dtype`` without ``seq_len``.
     """
-    rest = {k: v for k, v in options.items() if k not in ("seq_len", "documents", "dtype")}
+    rest = {k: v for k, v in options.items() if k not in _TOKEN_OPTIONS}
     loader_options: LoaderOptions = rest  # type: ignore[assignment]  # the token ones left out
     seq_len = options.get("seq_len")
     if seq_len is None:
-        if "documents" in options or "dtype" in options:
-            raise TypeError("documents and dtype are settings of token sequences: give seq_len")
+        given = sorted(name for name in _TOKEN_OPTIONS[1:] if name in options)
+        if given:
+            raise TypeError(f"{', '.join(given)}: settings of token sequences: give seq_len")
         return source, loader_options
+    packing = {name: options[name] for name in _TOKEN_OPTIONS[3:] if name in options}  # type: ignore[literal-required]
     tokens = TokenConfig(
         seq_len=seq_len,
         documents=options.get("documents", False),
         dtype=options.get("dtype", "int64"),
+        **packing,
     )
     drop_last = loader_options.get("drop_last", True)
     if drop_last != "ranks":
