@@ -44,7 +44,11 @@ def child(url: str, out: Path, x64: bool) -> None:
     batches = list(loader)
     first = batches[0]
     named = [b["index"].tolist() for b in JaxTokenLoader(url, **OPTIONS)]  # the old name
+    exact_order = OrderConfig(block_size=5, exact=True)
+    exact_options = {**OPTIONS, "order": exact_order, "drop_last": False}
+    exact = next(iter(JaxLoader(url, **exact_options)))  # with its row mask, "real"
     facts = {
+        "real": [isinstance(exact["real"], jax.Array), len(exact["real"].addressable_shards)],
         "as_named": named == [b["index"].tolist() for b in batches],
         "devices": jax.device_count(),
         "global": all(isinstance(first[n], jax.Array) for n in FIELDS),
@@ -76,6 +80,7 @@ def test_jax_loader_shards_token_batches_as_the_token_loader_makes_them(
     facts = json.loads(out.with_suffix(".json").read_text())
     assert facts["devices"] == 2
     assert facts["global"]
+    assert facts["real"] == [True, 2]  # exact evaluation's row mask is sharded like the rows
     assert facts["shards"] == [2] * len(FIELDS)
     assert facts["host"] == ["ndarray", "list", "int"]
     # One rule for every 64-bit field: int64 ids stay int64 with x64, int32 without.

@@ -114,9 +114,10 @@ class TokenSource:
 
     @property
     def row_fields(self) -> tuple[str, ...]:
-        """``input_ids``, ``labels``, ``targets``, ``index`` (and ``position_ids`` with
-        documents); ``cu_seqlens``, ``doc_lens`` and ``max_seqlen`` follow the documents."""
-        rows = ("input_ids", "labels", "targets", "index")
+        """``input_ids``, ``labels``, ``targets``, ``index``, ``real`` (exact evaluation's
+        row mask, where a batch has it) and ``position_ids`` with documents;
+        ``cu_seqlens``, ``doc_lens`` and ``max_seqlen`` follow the documents."""
+        rows = ("input_ids", "labels", "targets", "index", "real")
         return (*rows, "position_ids") if self.config.documents else rows
 
     def order_defaults(self, order: OrderConfig, *, units: int, unit_bytes: float) -> OrderConfig:
