@@ -22,11 +22,10 @@ from stoker.format.foreign.locations import (
     read_object,
     read_object_async,
 )
-from stoker.format.foreign.walk import hidden, say_left_out, walk_local
+from stoker.format.foreign.walk import hidden, regular_files, say_left_out
 from stoker.format.spec import normalise_extension
 from stoker.storage import StorageOptions
 from stoker.storage.base import Store, key_problem
-from stoker.storage.files import regular_file_size
 
 logger = logging.getLogger(__name__)
 
@@ -261,19 +260,7 @@ class GroupedFilesReader:
         root = Path(self._location.removeprefix("file://"))
         if not root.is_dir():
             raise SourceError(f"{root}: not a directory")
-        found: list[tuple[str, int]] = []
-        left_out: list[str] = []
-        for path, relative in walk_local(root, left_out):
-            size, what = regular_file_size(path)
-            if size is not None:
-                found.append((relative, size))
-            elif what == "a dangling symbolic link":
-                self._problem(relative, str(path), what)  # raised, or skipped and listed
-            else:  # reading a FIFO, socket or device would block: always left out
-                reason = f"{what}, not a regular file"
-                self.problems.append({"key": relative, "source": str(path), "reason": reason})
-        say_left_out(logger, str(root), left_out)
-        return found
+        return regular_files(root, problems=self.problems, on_dangling=self._problem, logger=logger)
 
     def _list_remote(self) -> list[tuple[str, int]]:
         found: list[tuple[str, int]] = []

@@ -16,11 +16,10 @@ from stoker.format.foreign.locations import (
     read_object,
     read_object_async,
 )
-from stoker.format.foreign.walk import hidden, say_left_out, walk_local
+from stoker.format.foreign.walk import hidden, regular_files, say_left_out
 from stoker.format.spec import normalise_extension
 from stoker.storage import StorageOptions
 from stoker.storage.base import ObjectMeta, Store, key_problem
-from stoker.storage.files import regular_file_size
 
 logger = logging.getLogger(__name__)
 
@@ -115,20 +114,13 @@ class ImageFolderReader:
         if not root.is_dir():
             raise SourceError(f"{root}: not a directory")
         folders = sorted(p.name for p in root.iterdir() if p.is_dir() and not hidden(p.name))
-        found = []
-        left_out: list[str] = []
-        for path, key in walk_local(root, left_out):
-            if not key.lower().endswith(IMAGE_EXTENSIONS):
-                continue
-            size, what = regular_file_size(path)
-            if size is not None:
-                found.append((key, size))
-            elif what == "a dangling symbolic link":
-                self._problem(key, str(path), what)  # raised, or skipped and listed
-            else:  # reading a FIFO, socket or device would block: always left out
-                reason = f"{what}, not a regular file"
-                self.problems.append({"key": key, "source": str(path), "reason": reason})
-        say_left_out(logger, str(root), left_out)
+        found = regular_files(
+            root,
+            problems=self.problems,
+            on_dangling=self._problem,
+            suffixes=IMAGE_EXTENSIONS,
+            logger=logger,
+        )
         return found, folders
 
     def _folder_store(self) -> Store:

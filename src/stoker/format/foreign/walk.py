@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+
+from stoker.storage.files import regular_file_size
 
 #: Name prefixes of hidden files and folders.
 HIDDEN_PREFIXES = (".", "_")
@@ -62,3 +64,33 @@ def say_left_out(logger: logging.Logger, location: str, left_out: list[str]) -> 
         named,
         more,
     )
+
+
+def regular_files(
+    root: Path,
+    *,
+    problems: list[dict[str, str]],
+    on_dangling: Callable[[str, str, str], None],
+    suffixes: tuple[str, ...] = (),
+    logger: logging.Logger,
+) -> list[tuple[str, int]]:
+    """The regular files under ``root`` that are not hidden (and end in one of
+    ``suffixes``, if given), as ``(relative path, size)``: a dangling link goes to
+    ``on_dangling(relative, path, what)`` (which raises, or skips and lists); a FIFO,
+    socket or device (reading one would block) is always left out, listed in ``problems``;
+    the hidden names left out are logged."""
+    found: list[tuple[str, int]] = []
+    left_out: list[str] = []
+    for path, relative in walk_local(root, left_out):
+        if suffixes and not relative.lower().endswith(suffixes):
+            continue
+        size, what = regular_file_size(path)
+        if size is not None:
+            found.append((relative, size))
+        elif what == "a dangling symbolic link":
+            on_dangling(relative, str(path), what)
+        else:
+            reason = f"{what}, not a regular file"
+            problems.append({"key": relative, "source": str(path), "reason": reason})
+    say_left_out(logger, str(root), left_out)
+    return found
