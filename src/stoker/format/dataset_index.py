@@ -68,6 +68,9 @@ class DatasetIndex:
             if all match, None for an index written before manifests carried checksums.
         tokens: For a token dataset (:mod:`stoker.format.tokens`), how its shards hold the
             token stream; its samples are then documents. None for any other dataset.
+        videos: For a dataset of videos, the manifest's ``videos`` entry: name, bytes and
+            SHA-256 of the object holding every video's seek index
+            (:mod:`stoker.format.video_table`). None for any other dataset.
     """
 
     shards: list[ShardEntry]
@@ -83,6 +86,7 @@ class DatasetIndex:
     skipped: list[dict[str, str]] = field(default_factory=list)
     edited: list[str] | None = None
     tokens: TokenLayout | None = None
+    videos: dict[str, Any] | None = None
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -148,6 +152,8 @@ class DatasetIndex:
         }
         if self.tokens is not None:
             manifest["tokens"] = self.tokens.to_json()
+        if self.videos is not None:
+            manifest["videos"] = dict(self.videos)
         manifest[CHECKSUMS_KEY] = section_checksums(manifest)
         return manifest
 

@@ -124,6 +124,7 @@ def read_index(
     index.skipped = parts.skipped
     index.edited = _edited_sections(manifest)
     index.tokens = parts.tokens
+    index.videos = parts.videos
     if index.edited:
         logger.warning(
             "%s: %s edited since the index was written (checksums differ); "
@@ -170,6 +171,7 @@ class _Manifest:
     packed_with: dict[str, Any]
     skipped: list[dict[str, str]]
     tokens: TokenLayout | None
+    videos: dict[str, Any] | None
 
     @classmethod
     def of(cls, manifest: dict[str, Any]) -> _Manifest:
@@ -195,6 +197,11 @@ class _Manifest:
             if "tokens" in manifest
             else None
         )
+        videos = _mapping(manifest, "videos") if "videos" in manifest else None
+        if videos is not None:
+            _object_name(videos.get("name"), "videos.name")
+            _checked(videos.get("sha256"), str, "videos.sha256")
+            _checked(videos.get("bytes"), int, "videos.bytes")
         return cls(
             arrays_name=arrays_name,
             arrays_sha256=arrays_sha256,
@@ -206,6 +213,7 @@ class _Manifest:
             packed_with=dict(packed_with),
             skipped=list(skipped),
             tokens=tokens,
+            videos=None if videos is None else dict(videos),
         )
 
 

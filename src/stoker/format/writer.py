@@ -98,6 +98,18 @@ class ShardWriter:
         self._records.append(record)
         return record
 
+    @staticmethod
+    def data_offset(sample: Sample, extension: str) -> int:
+        """Where member ``extension``'s data starts, in bytes from the sample's first header
+        (as :meth:`add` writes it)."""
+        at = 0
+        for ext, data in sample.fields.items():
+            header = len(member_header(f"{sample.key}.{normalise_extension(ext)}", len(data)))
+            if ext == extension:
+                return at + header
+            at += header + padded(len(data))
+        raise KeyError(extension)
+
     def close(self) -> ShardRecord:
         """Finish the archive, write it to the store, and describe it."""
         self._buffer += bytes(2 * TAR_BLOCK)

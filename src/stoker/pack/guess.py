@@ -14,7 +14,7 @@ from typing import Any
 
 from stoker.errors import SourceError
 from stoker.format.foreign.grouped import is_document, split_name
-from stoker.format.foreign.imagefolder import IMAGE_EXTENSIONS
+from stoker.format.foreign.imagefolder import MEDIA_EXTENSIONS
 from stoker.format.foreign.locations import is_remote
 from stoker.format.foreign.walk import hidden, walk_local
 from stoker.format.spec import ARRAYS_NAME, MANIFEST_NAME, PACK_STATE_DIR
@@ -26,12 +26,13 @@ SAMPLE_FILES = 1000
 _NEUTRAL = (".csv", ".tsv", ".jsonl", ".ndjson", ".md", ".rst", ".html", ".pdf")
 # Containers that other readers take whole, not as members of a sample.
 _CONTAINERS = (".tar", ".tfrecord", ".tfrecords", ".tfr", ".h5", ".hdf5", ".hdf", ".parquet")
-_IMAGE_SUFFIXES = tuple(ext.lstrip(".") for ext in IMAGE_EXTENSIONS)
+_IMAGE_SUFFIXES = tuple(ext.lstrip(".") for ext in MEDIA_EXTENSIONS)
 # stoker's own index beside tars it indexed in place (and a pack's state): not input.
 _STOKER_FILES = (MANIFEST_NAME, ARRAYS_NAME)
 
 LOOKED_FOR = (
-    f"images ({', '.join(IMAGE_EXTENSIONS)}) in class folders or at the top (imagefolder); "
+    f"images or videos ({', '.join(MEDIA_EXTENSIONS)}) in class folders or at the top "
+    "(imagefolder); "
     "files grouped into samples by name, 0001.npy, 0001.cls, 0001.txt (files); .parquet "
     "files (parquet); .tar files (webdataset); .tfrecord files (tfrecord); one .h5 file "
     "(hdf5)"

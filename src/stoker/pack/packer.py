@@ -26,12 +26,18 @@ from typing import TYPE_CHECKING, Any
 from stoker.format.foreign.base import SampleReader, SampleRef
 from stoker.format.index import DatasetIndex, write_index
 from stoker.format.spec import shard_key
+from stoker.format.video_table import VIDEOS_NAME, VideoEntry, encode_videos, videos_manifest
 from stoker.format.writer import ShardRecord
 from stoker.pack.config import DEFAULT_SHARD_BYTES, PackConfig
 from stoker.pack.plan import PackPlan, plan_shards
 from stoker.pack.report import PackProgress, PackReport
 from stoker.pack.resume import check_shards_present, resume_state
-from stoker.pack.shard_writer import ShardTick, record_from_json, write_one_shard
+from stoker.pack.shard_writer import (
+    ShardTick,
+    record_from_json,
+    record_videos,
+    write_one_shard,
+)
 from stoker.pack.sources import check_class_names, open_reader, refuse_destination_in_source
 from stoker.storage import Store, open_store
 
@@ -235,9 +241,15 @@ def _commit(
     of the shards this run ``written``."""
     records: list[ShardRecord] = []
     fields: dict[str, int] = {}
+    videos: list[VideoEntry] = []
     skipped = list(getattr(reader, "problems", []))
     for n in range(len(plan.shards)):
         record, shard_skipped, shard_fields = record_from_json(payloads[n])
+        before = sum(len(r.samples) for r in records)
+        videos.extend(
+            VideoEntry(before + i, offset, size, index)
+            for i, offset, size, index in record_videos(payloads[n])
+        )
         records.append(record)
         skipped.extend(shard_skipped)
         for ext, count in shard_fields.items():
@@ -261,5 +273,9 @@ def _commit(
         packed_with=packed_with,
         skipped=skipped,
     )
+    if videos:
+        table = encode_videos(videos)
+        store.put(VIDEOS_NAME, table)
+        index.videos = videos_manifest(table)
     write_index(store, index)
     report.samples, report.shards, report.skipped = len(index), len(index.shards), skipped

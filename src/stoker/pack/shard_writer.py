@@ -9,6 +9,7 @@ import asyncio
 import json
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from stoker.errors import SourceError
 from stoker.format.foreign.base import AsyncSampleReader, Sample, SampleReader, SampleRef
@@ -19,6 +20,7 @@ from stoker.format.spec import (
     shard_key,
     shard_name,
 )
+from stoker.format.video import VIDEO_FIELDS, VideoError, VideoIndex, probe_video
 from stoker.format.writer import SampleRecord, ShardRecord, ShardWriter
 from stoker.pack.config import PackConfig
 from stoker.pack.fieldcheck import check_field
@@ -35,8 +37,14 @@ ShardTick = Callable[[int, int], None]
 
 
 def record_to_json(
-    record: ShardRecord, skipped: list[dict[str, str]], fields: dict[str, int], bytes_in: int
+    record: ShardRecord,
+    skipped: list[dict[str, str]],
+    fields: dict[str, int],
+    bytes_in: int,
+    videos: list[Any] | None = None,
 ) -> bytes:
+    """A shard's record in ``_stoker/``; ``videos`` lists ``[sample number in the shard,
+    data offset in the shard, data size, seek index as JSON]`` of each video."""
     return json.dumps(
         {
             "name": record.name,
@@ -46,6 +54,7 @@ def record_to_json(
             "skipped": skipped,
             "fields": fields,
             "bytes_in": bytes_in,
+            "videos": videos or [],
         }
     ).encode()
 
@@ -62,6 +71,15 @@ def record_from_json(data: bytes) -> tuple[ShardRecord, list[dict[str, str]], di
     )
 
 
+def record_videos(data: bytes) -> list[tuple[int, int, int, VideoIndex]]:
+    """The videos of a shard's record (:func:`record_to_json`): sample number in the
+    shard, data offset and size in the shard, seek index."""
+    return [
+        (int(n), int(offset), int(size), VideoIndex.from_json(index))
+        for n, offset, size, index in json.loads(data).get("videos", [])
+    ]
+
+
 def _prepare(sample: Sample, policy: ImagePolicy, where: str) -> Sample:
     """Normalise the sample's extensions (``jpeg`` -> ``jpg``: the names the shard will
     have), check and re-encode its images, and check its other members as training will
@@ -74,14 +92,21 @@ def _prepare(sample: Sample, policy: ImagePolicy, where: str) -> Sample:
             f"{where}: fields {sorted(sample.fields)} name the same extension twice "
             f"(as {sorted(names)})"
         )
+    video = None
     for ext, data in named:
-        if ext in IMAGE_FIELDS:
+        if ext in VIDEO_FIELDS and video is None:
+            try:
+                video = (ext, probe_video(data, where=f"{where}: {ext}"))
+            except VideoError as exc:
+                raise SourceError(str(exc)) from exc
+            fields[ext] = data
+        elif ext in IMAGE_FIELDS:
             new_ext, data = process_image(data, ext, policy, where=where)
             fields[new_ext] = data
         else:
             check_field(ext, data, key=sample.key, where=where, policy=policy)
             fields[ext] = data
-    return Sample(key=sample.key, fields=fields, label=sample.label)
+    return Sample(key=sample.key, fields=fields, label=sample.label, video=video)
 
 
 async def _load_all_async(
@@ -100,8 +125,13 @@ async def _load_all_async(
                 sample = await reader.read_async(ref)
             # Decoding goes off the loop thread, except the check of a small sample: its
             # decode (about 1 us per 100 bytes) costs less than the hand-over to a thread.
-            heavy = config.images.rewrites or (
-                config.images.check and sum(map(len, sample.fields.values())) > INLINE_CHECK_BYTES
+            heavy = (
+                config.images.rewrites
+                or any(e in VIDEO_FIELDS for e in sample.fields)
+                or (
+                    config.images.check
+                    and sum(map(len, sample.fields.values())) > INLINE_CHECK_BYTES
+                )
             )
             if heavy:
                 return await loop.run_in_executor(
@@ -146,6 +176,7 @@ def write_one_shard(
     skipped: list[dict[str, str]] = []
     fields: dict[str, int] = {}
     bytes_in = 0
+    videos: list[Any] = []
     try:
         if isinstance(reader, AsyncSampleReader) and reader.reads_remote:
             loaded_all = default_engine().run(_load_all_async(reader, refs, config, pool))
@@ -156,7 +187,7 @@ def write_one_shard(
                 skipped.append({"key": ref.key, "source": ref.location, "reason": loaded[1]})
             else:
                 try:
-                    writer.add(loaded)
+                    written = writer.add(loaded)
                 except ValueError as exc:
                     if config.on_error == "raise":
                         raise SourceError(f"{ref.location}: {exc}") from exc
@@ -164,6 +195,11 @@ def write_one_shard(
                     continue
                 for ext in loaded.fields:
                     fields[ext] = fields.get(ext, 0) + 1
+                if loaded.video is not None:
+                    ext, index = loaded.video
+                    start = written.offset + writer.data_offset(loaded, ext)
+                    size = len(loaded.fields[ext])
+                    videos.append([len(writer) - 1, start, size, index.to_json()])
             size = max(ref.size, 0)
             bytes_in += size
             if progress is not None:
@@ -172,6 +208,6 @@ def write_one_shard(
         if own_pool:
             pool.shutdown(wait=True, cancel_futures=True)
     record = writer.close()
-    payload = record_to_json(record, skipped, fields, bytes_in)
+    payload = record_to_json(record, skipped, fields, bytes_in, videos)
     store.put(f"{PACK_STATE_DIR}/{shard_name(number).removesuffix('.tar')}.json", payload)
     return payload

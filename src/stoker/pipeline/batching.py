@@ -90,17 +90,23 @@ class BatchAssembler:
 
     @classmethod
     def for_source(
-        cls, source: Source, settings: BatcherSettings, *, unit_shape: tuple[int, ...] = ()
+        cls,
+        source: Source,
+        settings: BatcherSettings,
+        *,
+        unit_shape: tuple[int, ...] = (),
+        images: bool | None = None,
     ) -> BatchAssembler:
         """The assembler of a Loader's batches over ``source``'s samples (or windows of
         ``unit_shape`` records): an image through the transform where the samples have one
-        (:func:`stores_images`), every other field as ``settings.decode.fields`` says.
+        (:func:`stores_images`, unless ``images`` says: a clip of a video has frames),
+        every other field as ``settings.decode.fields`` says.
 
         Raises:
             ValueError: A transform for samples without images.
         """
         transform, decode = settings.transform, settings.decode
-        stored = stores_images(source)
+        stored = stores_images(source) if images is None else images
         if transform is not None and not stored:
             raise ValueError(
                 f"{source.url}: a transform was given, but the samples have no image "

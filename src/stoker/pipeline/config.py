@@ -19,6 +19,7 @@ from stoker.core.checks import check_choice, check_instance, check_int, shown
 from stoker.format.reader import ShardDataset
 from stoker.format.spec import DEFAULT_MAX_PIXELS
 from stoker.pipeline.autotune import AutotuneConfig
+from stoker.pipeline.clips import VideoConfig
 from stoker.pipeline.fields import FieldsConfig
 from stoker.pipeline.mixing import MixConfig
 from stoker.pipeline.order import OrderConfig
@@ -181,6 +182,11 @@ class SourceConfig:
             read by ranged GETs (through the disk cache, if any).
         tokens: Read token datasets as sequences of ``tokens.seq_len + 1`` tokens (what
             :class:`~stoker.TokenLoader` passes on); a token dataset needs it.
+        video: Make each unit a clip of a packed dataset's videos
+            (:class:`~stoker.pipeline.clips.VideoConfig`): ``image`` is then
+            ``(N, T, H, W, 3)`` uint8 (one augmentation per clip), with ``first_frame``
+            and ``timestamps`` (seconds) of each clip; only the bytes from the keyframe
+            before a clip to its last frame are fetched (:mod:`stoker.pipeline.video_source`).
         columns: For Parquet read in place (a ``.parquet`` file, or a folder or prefix of
             them: :mod:`stoker.pipeline.parquet_source`), read only these columns: the
             others' chunks are never fetched. None reads every column.
@@ -194,10 +200,13 @@ class SourceConfig:
     side_tables: Mapping[str, str] | None = None
     tokens: TokenConfig | None = None
     columns: Sequence[str] | None = None
+    video: VideoConfig | None = None
 
     def __post_init__(self) -> None:
         location = self.location
         extras = self.mix, self.window, self.side_tables, self.tokens
+        if self.video is not None and any(extra for extra in extras):
+            raise ValueError("video clips go with one packed dataset alone (no mix, window, ...)")
         if self.columns is not None and any(extra for extra in extras):
             raise ValueError("columns go with one Parquet location alone (no mix, window, ...)")
         count = 1 if isinstance(location, str | os.PathLike | ShardDataset) else len(location)

@@ -28,7 +28,7 @@ from PIL import Image
 from stoker.format import spec
 from stoker.format.imaging import PILLOW_ERRORS, pillow_problem
 from stoker.format.spec import declared_image_size
-from stoker.pipeline.transforms import PlannedTransform
+from stoker.pipeline.transforms import CropPlan, PlannedTransform
 
 logger = logging.getLogger(__name__)
 
@@ -105,6 +105,18 @@ def decode_planned(
         left, top, box_w, box_h = plan.box
         pixels = np.asarray(image)
         bounds = _bounds((left, top, left + box_w, top + box_h), image.width, image.height)
+    return _crop_resize(
+        pixels, bounds, plan.size, flip=plan.flip, antialias=plan.antialias, out=out
+    )
+
+
+def apply_plan(pixels: np.ndarray, plan: CropPlan, *, out: np.ndarray | None = None) -> np.ndarray:
+    """Crop, resize and flip decoded ``(H, W, 3)`` pixels as ``plan`` says (a video
+    frame: each frame of a clip takes the clip's one plan), as :func:`decode_planned` does
+    after its decode."""
+    height, width = pixels.shape[:2]
+    left, top, box_w, box_h = plan.box
+    bounds = _bounds((left, top, left + box_w, top + box_h), width, height)
     return _crop_resize(
         pixels, bounds, plan.size, flip=plan.flip, antialias=plan.antialias, out=out
     )

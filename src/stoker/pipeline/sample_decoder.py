@@ -12,7 +12,8 @@ from typing import Any
 import numpy as np
 
 from stoker.format.spec import IMAGE_FIELD_NAMES
-from stoker.pipeline.decode import DEFAULT_MAX_PIXELS, decode_full, decode_planned
+from stoker.format.video import ClipPackets, VideoError, decode_clip
+from stoker.pipeline.decode import DEFAULT_MAX_PIXELS, apply_plan, decode_full, decode_planned
 from stoker.pipeline.fields import FieldsConfig, MissingField, decode_fields
 from stoker.pipeline.transforms import PlannedTransform
 
@@ -104,6 +105,9 @@ class SampleDecoder:
         members = sample.get("members")
         if members is not None:
             return self._window(index, epoch, members, out, timer)
+        clip = sample.get("clip")
+        if clip is not None:
+            return self._clip(index, epoch, clip, sample["clip_bytes"], out, timer), {}
         name = next((f for f in self.image_names if f in sample), None)
         if name is None and self.image_names:
             present = sorted(k for k, v in sample.items() if isinstance(v, bytes | memoryview))
@@ -136,6 +140,48 @@ class SampleDecoder:
         finally:
             timer.seconds += time.perf_counter() - started
             timer.cpu_seconds += time.thread_time() - cpu_started
+
+    def _clip(
+        self,
+        index: int,
+        epoch: int,
+        clip: ClipPackets,
+        data: bytes,
+        out: np.ndarray | None,
+        timer: TransformTimer | None,
+    ) -> Any:
+        """A video clip's frames, decoded from its packets, with one augmentation: a
+        built-in transform plans one crop for the clip; a callable is called on each
+        frame (as a ``PIL.Image``)."""
+        try:
+            frames = decode_clip(clip, data)
+        except VideoError as exc:
+            raise ValueError(str(exc)) from exc
+        height, width = frames[0].shape[:2]
+        if width * height > self.max_pixels:
+            raise ValueError(f"frames of {width}x{height} pixels, over max_pixels")
+        if self.transform is None:
+            return np.stack(frames, out=out) if out is not None else np.stack(frames)
+        if self.planned:
+            rng = random.Random((self.seed * 1_000_003 + epoch) * 2**40 + index)
+            plan = self.transform.plan(width, height, rng)
+            done = [
+                apply_plan(frame, plan, out=None if out is None else out[t])
+                for t, frame in enumerate(frames)
+            ]
+            return out if out is not None else np.stack(done)
+        from PIL import Image
+
+        started, cpu_started = time.perf_counter(), time.thread_time()
+        try:
+            done = [self.transform(Image.fromarray(frame)) for frame in frames]
+        finally:
+            if timer is not None:
+                timer.seconds += time.perf_counter() - started
+                timer.cpu_seconds += time.thread_time() - cpu_started
+        if all(isinstance(x, np.ndarray) and x.shape == done[0].shape for x in done):
+            return np.stack(done)
+        return done
 
     def _window(
         self,

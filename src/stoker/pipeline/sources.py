@@ -43,6 +43,7 @@ from stoker.pipeline.order import OrderConfig
 from stoker.pipeline.plan import block_size_for
 from stoker.pipeline.source import Source as Source
 from stoker.pipeline.tokens import token_block_size, token_sources
+from stoker.pipeline.video_source import VideoSource as VideoSource
 from stoker.pipeline.window_source import WindowSource as WindowSource
 from stoker.pipeline.windows import (
     WindowConfig,
@@ -92,7 +93,9 @@ def open_source(
         return source
     config = source if isinstance(source, SourceConfig) else SourceConfig(source)
     location = config.location
-    plain = config.mix is None and config.window is None and not config.side_tables
+    plain = (
+        config.mix is None and config.window is None and not config.side_tables
+    ) and config.video is None
     node = cache.dir if cache is not None else None  # the index is fetched once per node
     if plain and isinstance(location, str | os.PathLike):
         try:
@@ -124,6 +127,8 @@ def open_source(
         sources = [in_place.get(n) or packed_parts.pop(0) for n in range(len(opened))]
         return MixedSource(sources, config.mix, [_block_size(s) for s in sources])
     first = DatasetSource(datasets[0], tables)  # no mix: one packed dataset (_open_part)
+    if config.video is not None:
+        return VideoSource(first, config.video)
     if config.window is not None:
         return _window_source(first, config.window)
     return first

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from stoker.format.video import VideoIndex
 
 
 def sample_key(relative: str) -> str:
@@ -65,11 +68,14 @@ class Sample:
         fields: Extension (``"jpg"``, ``"png"``, ``"cls"``, ``"json"``, ...) -> bytes, in the
             order the members will be written.
         label: Class index, or -1.
+        video: For a sample with a video member, its extension and seek index (filled in
+            by the pack as it checks the member; see :mod:`stoker.format.video`).
     """
 
     key: str
     fields: dict[str, bytes]
     label: int = -1
+    video: tuple[str, VideoIndex] | None = None
 
 
 class SampleReader(Protocol):

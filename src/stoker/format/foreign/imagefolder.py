@@ -18,16 +18,21 @@ from stoker.format.foreign.locations import (
 )
 from stoker.format.foreign.walk import hidden, regular_files, say_left_out
 from stoker.format.spec import normalise_extension
+from stoker.format.video import VIDEO_FIELDS
 from stoker.storage import StorageOptions
 from stoker.storage.base import ObjectMeta, Store, key_problem
 
 logger = logging.getLogger(__name__)
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff")
+#: Videos are read like images: one sample each, labelled by their class folder.
+VIDEO_EXTENSIONS = tuple(f".{ext}" for ext in VIDEO_FIELDS)
+#: What an image folder holds.
+MEDIA_EXTENSIONS = IMAGE_EXTENSIONS + VIDEO_EXTENSIONS
 
 
 class ImageFolderReader:
-    """Reads ``ROOT/CLASS/IMAGE`` trees; labels are class folders in sorted order.
+    """Reads ``ROOT/CLASS/IMAGE`` trees (videos too); labels are class folders in sorted order.
 
     Images directly under the root (no class folders) are read without labels; hidden
     folders and files (a part of the path starts with ``.``) are left out. A bucket
@@ -87,7 +92,9 @@ class ImageFolderReader:
         """List every image (each class folder listed concurrently for buckets)."""
         files, folders = self._list_remote() if is_remote(self._location) else self._list_local()
         if not files:
-            raise SourceError(f"{self._location}: no images found ({', '.join(IMAGE_EXTENSIONS)})")
+            raise SourceError(
+                f"{self._location}: no images or videos found ({', '.join(MEDIA_EXTENSIONS)})"
+            )
         classes = sorted({rel.split("/", 1)[0] for rel, _ in files if "/" in rel})
         folders_with_images = {rel.split("/", 1)[0] for rel, _ in files if "/" in rel}
         for folder in folders:
@@ -118,7 +125,7 @@ class ImageFolderReader:
             root,
             problems=self.problems,
             on_dangling=self._problem,
-            suffixes=IMAGE_EXTENSIONS,
+            suffixes=MEDIA_EXTENSIONS,
             logger=logger,
         )
         return found, folders
@@ -153,7 +160,7 @@ class ImageFolderReader:
             if hidden(meta.key):
                 left_out.append(meta.key)
                 continue
-            if not meta.key.lower().endswith(IMAGE_EXTENSIONS):
+            if not meta.key.lower().endswith(MEDIA_EXTENSIONS):
                 continue
             problem = key_problem(meta.key)
             if problem is not None:  # repr: the key may hold a newline or a terminal escape
