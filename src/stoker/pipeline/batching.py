@@ -23,12 +23,11 @@ import numpy as np
 
 from stoker.core.metrics import Stage, Stages
 from stoker.errors import StokerError
-from stoker.format.spec import IMAGE_FIELD_NAMES
 from stoker.pipeline.batch_arrays import BatchArrays
 from stoker.pipeline.batcher import BatcherSettings
 from stoker.pipeline.fields import MissingField, collate
 from stoker.pipeline.pending import PendingBatch
-from stoker.pipeline.source import Source
+from stoker.pipeline.source import Source, field_counts, stores_images
 from stoker.pipeline.workers import (
     DEFAULT_SAMPLE_BYTES,
     ProcessDecoder,
@@ -99,8 +98,8 @@ class BatchAssembler:
     ) -> BatchAssembler:
         """The assembler of a Loader's batches over ``source``'s samples (or windows of
         ``unit_shape`` records): an image through the transform where the samples have one
-        (:func:`stores_images`, unless ``images`` says: a clip of a video has frames),
-        every other field as ``settings.decode.fields`` says.
+        (:func:`stores_images`, unless ``images`` says: a video clip's frames), every other
+        field as ``settings.decode.fields`` says.
 
         Raises:
             ValueError: A transform for samples without images.
@@ -110,7 +109,7 @@ class BatchAssembler:
         if transform is not None and not stored:
             raise ValueError(
                 f"{source.url}: a transform was given, but the samples have no image "
-                f"(fields {sorted(_field_counts(source) or {})}); leave transform=None"
+                f"(fields {sorted(field_counts(source) or {})}); leave transform=None"
             )
         # An image where the samples have one, unless a selection leaves it out (a
         # transform asks for it).
@@ -381,23 +380,3 @@ class BatchAssembler:
         if self._processes is not None:
             self._processes.close()
             self._processes = None
-
-
-def stores_images(source: Source) -> bool:
-    """Whether the samples of ``source`` have an image: its index counts an image member,
-    or does not count its members (an unpacked image folder, an older index)."""
-    counts = _field_counts(source)
-    return counts is None or any(name in counts for name in IMAGE_FIELD_NAMES)
-
-
-def _field_counts(source: Source) -> dict[str, int] | None:
-    """Member extensions of the source's datasets with their counts; None where a dataset
-    does not say (an unpacked image folder, an index without counts)."""
-    counts: dict[str, int] = {}
-    for dataset in source.datasets:
-        found = dataset.member_counts()
-        if found is None:
-            return None
-        for name, count in found.items():
-            counts[name] = counts.get(name, 0) + count
-    return counts

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from stoker.format.spec import IMAGE_FIELD_NAMES
 from stoker.pipeline.batcher import Batcher, BatcherSettings
 from stoker.pipeline.order import EpochOrder, OrderConfig
 from stoker.storage.base import Store
@@ -130,3 +131,23 @@ class Source(Protocol):
         """The shard unit ``unit`` was read from; None where the unit is an object of its
         own (its key names it) or the source does not say."""
         ...
+
+
+def stores_images(source: Source) -> bool:
+    """Whether the samples of ``source`` have an image: its index counts an image member,
+    or does not count its members (an unpacked image folder, an older index)."""
+    counts = field_counts(source)
+    return counts is None or any(name in counts for name in IMAGE_FIELD_NAMES)
+
+
+def field_counts(source: Source) -> dict[str, int] | None:
+    """Member extensions of the source's datasets with their counts; None where a dataset
+    does not say (an unpacked image folder, an index without counts)."""
+    counts: dict[str, int] = {}
+    for dataset in source.datasets:
+        found = dataset.member_counts()
+        if found is None:
+            return None
+        for name, count in found.items():
+            counts[name] = counts.get(name, 0) + count
+    return counts

@@ -311,8 +311,9 @@ class ProcessDecoder:
 
 
 def _byte_fields(fields: dict[str, Any]) -> dict[str, Any]:
-    """What a worker needs of a unit: its byte fields (and its members'), and its label,
-    which tells whether a ``cls`` member is the label (see :func:`decode_fields`)."""
+    """What a worker needs of a unit: its byte fields (and its members'), its label,
+    which tells whether a ``cls`` member is the label (see :func:`decode_fields`), and a
+    clip's packets (:class:`~stoker.format.video.ClipPackets`: arrays and names)."""
     out: dict[str, Any] = {
         k: bytes(v) for k, v in fields.items() if isinstance(v, bytes | memoryview)
     }
@@ -320,6 +321,8 @@ def _byte_fields(fields: dict[str, Any]) -> dict[str, Any]:
         out["label"] = fields["label"]
     if "members" in fields:
         out["members"] = [_byte_fields(m) for m in fields["members"]]
+    if "clip" in fields:
+        out["clip"] = fields["clip"]
     if "error" in fields:
         out["error"] = str(fields["error"])
     return out

@@ -13,8 +13,8 @@ from PIL import Image, ImageDraw, ImageFont
 
 from stoker.errors import BucketNotFoundError
 from stoker.format.reader import ShardDataset, open_dataset
-from stoker.pipeline.batching import stores_images
 from stoker.pipeline.loader import Loader
+from stoker.pipeline.source import stores_images
 from stoker.pipeline.sources import DatasetSource
 
 #: Samples in ``stoker show``'s grid (3 x 3).

@@ -1,0 +1,284 @@
+"""Video clips (issue 36): videos packed as they are with a seek index, clips read on the
+SeaweedFS server by ranged GETs of their groups of pictures and decoded from those bytes
+alone, frame for frame what PyAV gives decoding the whole file."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import stoker
+from stoker.pipeline.clips import VideoConfig
+from stoker.pipeline.config import SourceConfig
+from stoker.pipeline.loader import Loader
+from stoker.pipeline.order import OrderConfig
+from stoker.pipeline.sources import open_source
+from stoker.pipeline.video_source import VideoSource
+from stoker.pipeline.world import World
+from stoker.testing.videos import decode_all, make_video
+from stoker.transforms import RandomResizedCrop
+
+pytest.importorskip("av")
+
+#: (file, codec, container, frames, keyframe interval, variable frame rate)
+VIDEOS = (
+    ("walk/a.mp4", "libx264", "mp4", 61, 12, False),
+    ("walk/b.mkv", "libx264", "mkv", 47, 9, True),
+    ("run/c.webm", "libvpx-vp9", "webm", 40, 15, False),
+    ("run/d.mp4", "libx265", "mp4", 33, 7, False),
+    ("run/e.mp4", "libsvtav1", "mp4", 30, 10, False),
+)
+
+
+def _write(
+    folder: Path, videos: tuple[tuple[str, str, str, int, int, bool], ...]
+) -> dict[str, list[np.ndarray]]:
+    """Write ``videos`` under ``folder``; every frame of each, by sample key."""
+    frames = {}
+    for n, (name, codec, container, count, gop, variable) in enumerate(videos):
+        data = make_video(
+            frames=count, codec=codec, container=container, gop=gop, variable=variable, photo=n
+        )
+        path = folder / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        frames[name.rsplit(".", 1)[0]] = decode_all(data)
+    return frames
+
+
+@pytest.fixture
+def videos(
+    s3_bucket: Any, tmp_path: Path
+) -> tuple[str, dict[str, Any], dict[str, list[np.ndarray]]]:
+    """The five videos packed into a bucket; every frame of each, by key."""
+    frames = _write(tmp_path / "in", VIDEOS)
+    url, options = f"{s3_bucket.url}/clips", s3_bucket.options()
+    stoker.pack(tmp_path / "in", url, storage_options=options)
+    return url, options, frames
+
+
+def _clips(loader: Loader) -> list[dict[str, Any]]:
+    out = []
+    for batch in loader:
+        for n, key in enumerate(batch["key"]):
+            out.append({name: value[n] for name, value in batch.items()} | {"key": key})
+    return out
+
+
+def _config(url: str, **video: Any) -> SourceConfig:
+    return SourceConfig(url, video=VideoConfig(**video))
+
+
+@pytest.mark.parametrize(
+    "video",
+    [
+        {"frames": 5, "stride": 2, "step": 4},  # windows across keyframes, overlapping
+        {"frames": 8, "clips_per_video": 3},  # the first and the last clip of each video
+    ],
+)
+def test_every_clip_equals_pyav_decoding_the_whole_file(videos: Any, video: dict[str, Any]) -> None:
+    url, options, frames = videos
+    config = VideoConfig(**video)
+    with Loader(SourceConfig(url, video=config), batch_size=3, storage_options=options) as loader:
+        clips = _clips(loader)
+    expected = {
+        (key, int(first)) for key, every in frames.items() for first in _starts(config, len(every))
+    }
+    assert sorted((c["key"], int(c["first_frame"])) for c in clips) == sorted(expected)
+    for clip in clips:
+        every = frames[clip["key"]]
+        indices = [
+            min(int(clip["first_frame"]) + t * config.stride, len(every) - 1)
+            for t in range(config.frames)
+        ]
+        assert clip["image"].shape == (config.frames, 96, 160, 3)
+        assert clip["image"].dtype == np.uint8
+        for t, i in enumerate(indices):
+            np.testing.assert_array_equal(
+                clip["image"][t], every[i], err_msg=f"{clip['key']} frame {i}"
+            )
+        assert np.all(np.diff(clip["timestamps"]) > 0)
+    last = {key: max(int(c["first_frame"]) for c in clips if c["key"] == key) for key in frames}
+    if config.clips_per_video:
+        assert last == {key: len(every) - config.span for key, every in frames.items()}
+    labels = {c["key"]: int(c["label"]) for c in clips}
+    assert labels["walk/a"] == labels["walk/b"] != labels["run/c"] == labels["run/d"]
+
+
+def _starts(config: VideoConfig, count: int) -> list[int]:
+    last = count - config.span
+    if config.step:
+        return list(range(0, last + 1, config.step))
+    return [round(x) for x in np.linspace(0, last, config.clips_per_video or 1)]
+
+
+def test_a_video_shorter_than_a_clip_is_dropped_padded_or_refused(
+    s3_bucket: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    frames = _write(
+        tmp_path / "in",
+        (
+            ("x/long.mp4", "libx264", "mp4", 30, 10, False),
+            ("x/short.mp4", "libx264", "mp4", 6, 10, False),
+        ),
+    )
+    url, options = f"{s3_bucket.url}/v", s3_bucket.options()
+    stoker.pack(tmp_path / "in", url, storage_options=options)
+
+    def keys(short: str) -> list[tuple[str, int]]:
+        config = _config(url, frames=10, clips_per_video=2, short=short)
+        with Loader(config, batch_size=2, storage_options=options) as loader:
+            return sorted((c["key"], int(c["first_frame"])) for c in _clips(loader))
+
+    with caplog.at_level(logging.WARNING):
+        assert keys("drop") == [("x/long", 0), ("x/long", 20)]
+    assert "1 video(s) shorter than a clip of 10 frames left out" in caplog.text
+    assert "'x/short'" in caplog.text
+    config = _config(url, frames=10, clips_per_video=2, short="pad")
+    with Loader(config, batch_size=4, storage_options=options) as loader:
+        padded = [c for c in _clips(loader) if c["key"] == "x/short"]
+    assert len(padded) == 1
+    for t in range(10):
+        np.testing.assert_array_equal(padded[0]["image"][t], frames["x/short"][min(t, 5)])
+    with pytest.raises(ValueError, match="video 'x/short' has 6 frames; a clip spans 10"):
+        Loader(_config(url, frames=10, short="error"), batch_size=2, storage_options=options)
+
+
+def test_every_clip_once_over_ranks_and_workers_with_equal_steps(videos: Any) -> None:
+    url, options, frames = videos
+    config = _config(url, frames=4, step=3)
+    seen: list[tuple[str, int]] = []
+    steps = [0, 0]
+    for rank in range(2):
+        for worker in range(2):
+            world = World(rank=rank, world_size=2, worker=worker, num_workers=2)
+            with Loader(
+                config, batch_size=2, world=world, seed=7, storage_options=options
+            ) as loader:
+                clips = _clips(loader)
+            seen += [(c["key"], int(c["first_frame"])) for c in clips]
+            steps[rank] += len(clips)
+    total = sum(len(range(0, len(f) - 4 + 1, 3)) for f in frames.values())
+    # Equal epochs pad with repeats of at most world size - 1 (4 readers): nothing lost.
+    assert set(seen) == {(k, s) for k, f in frames.items() for s in range(0, len(f) - 4 + 1, 3)}
+    assert total <= len(seen) <= total + 3
+    assert steps[0] == steps[1]  # each rank's workers together: DDP never waits on one
+
+
+def test_a_resume_mid_epoch_equals_the_uninterrupted_rest(videos: Any) -> None:
+    url, options, _ = videos
+    settings: dict[str, Any] = {"batch_size": 3, "seed": 11, "storage_options": options}
+    config = _config(url, frames=4, stride=3, step=5)
+    with Loader(config, **settings) as loader:
+        whole = [
+            [(k, int(f)) for k, f in zip(b["key"], b["first_frame"], strict=True)] for b in loader
+        ]
+    with Loader(config, **settings) as loader:
+        it = iter(loader)
+        seen = [list(next(it)["key"]) for _ in range(3)]
+        state = loader.state_dict()
+        it.close()  # type: ignore[attr-defined]
+    with Loader(config, **settings) as loader:
+        loader.load_state_dict(state)
+        rest = [
+            [(k, int(f)) for k, f in zip(b["key"], b["first_frame"], strict=True)] for b in loader
+        ]
+    assert seen == [[k for k, _ in batch] for batch in whole[:3]]
+    assert rest == whole[3:]
+    assert len(whole) > 4
+
+
+def test_sparse_clips_fetch_their_groups_of_pictures_and_little_else(
+    s3_bucket: Any, tmp_path: Path
+) -> None:
+    _write(
+        tmp_path / "in",
+        tuple((f"c/{n}.mp4", "libx264", "mp4", 150, 15, False) for n in range(3)),
+    )
+    url, options = f"{s3_bucket.url}/sparse", s3_bucket.options()
+    stoker.pack(tmp_path / "in", url, storage_options=options)
+    source = open_source(
+        _config(url, frames=4, clips_per_video=2),
+        storage_options=options,
+        cache=None,
+        page_bytes=1 << 20,
+    )
+    assert isinstance(source, VideoSource)
+    store = source.datasets[0].store
+    # What each clip needs, from the seek index: the packets from its keyframe to its last.
+    needed = 0
+    for unit in range(source.units()):
+        sample = int(source.clips.sample[unit])
+        row = source.table.video_of(sample)
+        assert row is not None
+        index = source.table.index(row)
+        frames = source.video.clip_frames(int(source.clips.first[unit]), index.frames)
+        lo, hi = index.clip_packets(frames)
+        needed += int(index.size[lo:hi].sum())
+    videos_bytes = int(source.table.member_sizes.sum())
+    before = store.counters.snapshot()
+    with Loader(source, batch_size=2) as loader:
+        assert len(_clips(loader)) == 6
+    fetched = store.counters.snapshot().get("bytes.read", 0) - before.get("bytes.read", 0)
+    assert 0 < fetched <= 1.2 * needed
+    assert fetched < 0.5 * videos_bytes
+
+
+def test_clips_through_a_transform_keep_one_crop_per_clip(videos: Any) -> None:
+    url, options, _ = videos
+    crop = RandomResizedCrop(32, scale=(0.2, 0.5), flip=True)
+    runs = []
+    for _ in range(2):
+        with Loader(
+            _config(url, frames=3, step=10),
+            batch_size=4,
+            transform=crop,
+            seed=1,
+            storage_options=options,
+        ) as loader:
+            runs.append(_clips(loader))
+    assert runs[0][0]["image"].shape == (3, 32, 32, 3)
+    for a, b in zip(*runs, strict=True):
+        np.testing.assert_array_equal(a["image"], b["image"])  # seeded per clip
+
+
+def test_worker_processes_decode_clips_as_threads_do(videos: Any) -> None:
+    url, options, _ = videos
+    config = _config(url, frames=4, clips_per_video=2)
+    results = []
+    for method in ("thread", "process"):
+        decode = stoker.DecodeConfig(method=method, threads=2)
+        with Loader(
+            config,
+            batch_size=4,
+            decode=decode,
+            order=OrderConfig(mode="none"),
+            storage_options=options,
+        ) as loader:
+            results.append(_clips(loader))
+    assert [c["key"] for c in results[0]] == [c["key"] for c in results[1]]
+    for a, b in zip(*results, strict=True):
+        np.testing.assert_array_equal(a["image"], b["image"])
+
+
+def test_torch_workers_deliver_every_clip_once(videos: Any) -> None:
+    torch = pytest.importorskip("torch")
+    from stoker.integrations.torch import TorchLoader
+
+    url, options, frames = videos
+    config = _config(url, frames=4, clips_per_video=2)
+    loader = TorchLoader(
+        config, batch_size=3, num_workers=2, order=OrderConfig(mode="none"), storage_options=options
+    )
+    seen = []
+    for batch in loader:
+        assert batch["image"].dtype == torch.uint8
+        assert tuple(batch["image"].shape[1:]) == (4, 96, 160, 3)
+        seen += list(zip(batch["key"], batch["first_frame"].tolist(), strict=True))
+    assert sorted(seen) == sorted(
+        (key, first) for key, every in frames.items() for first in (0, len(every) - 4)
+    )
