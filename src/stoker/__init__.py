@@ -41,6 +41,7 @@ if TYPE_CHECKING:  # what mypy and IDEs see; at run time __getattr__ imports on 
     from stoker.pipeline.stats import LoaderStats
     from stoker.pipeline.token_batcher import TokenConfig
     from stoker.pipeline.token_loader import TokenLoader
+    from stoker.pipeline.clips import VideoConfig
     from stoker.pipeline.windows import WindowConfig
     from stoker.pipeline.world import World
     from stoker.storage import (
@@ -95,6 +96,7 @@ _EXPORTS: dict[str, str] = {
     "TransferConfig": "stoker.storage.transfer",
     "TransferError": "stoker.errors",
     "TransferReport": "stoker.storage.transfer",
+    "VideoConfig": "stoker.pipeline.clips",
     "WindowConfig": "stoker.pipeline.windows",
     "World": "stoker.pipeline.world",
     "download": "stoker.storage.transfer",
@@ -145,6 +147,7 @@ __all__ = [
     "TransferConfig",
     "TransferError",
     "TransferReport",
+    "VideoConfig",
     "WindowConfig",
     "World",
     "download",

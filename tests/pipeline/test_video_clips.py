@@ -4,6 +4,7 @@ alone, frame for frame what PyAV gives decoding the whole file."""
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -282,3 +283,26 @@ def test_torch_workers_deliver_every_clip_once(videos: Any) -> None:
     assert sorted(seen) == sorted(
         (key, first) for key, every in frames.items() for first in (0, len(every) - 4)
     )
+
+
+def test_inspect_lists_each_videos_seek_index(videos: Any) -> None:
+    from click.testing import CliRunner
+
+    from stoker.cli.main import cli
+
+    url, options, frames = videos
+    env = {
+        "AWS_ENDPOINT_URL": options["endpoint_url"],
+        "AWS_ACCESS_KEY_ID": options["access_key_id"],
+        "AWS_SECRET_ACCESS_KEY": options["secret_access_key"],
+        "AWS_REGION": "us-east-1",
+        "AWS_ALLOW_HTTP": "true",
+    }
+    result = CliRunner().invoke(cli, ["inspect", url, "--json"], env=env)
+    assert result.exit_code == 0, result.output
+    rows = {row["key"]: row for row in json.loads(result.output)["videos"]}
+    assert {k: r["frames"] for k, r in rows.items()} == {k: len(f) for k, f in frames.items()}
+    assert rows["run/c"]["codec"] == "vp9"
+    assert rows["walk/a"]["keyframes"] == 6  # 61 frames, a keyframe every 12
+    assert rows["walk/a"]["keyframe_s"][:2] == [0.0, 0.4]
+    assert rows["walk/a"]["fps"] == pytest.approx(30.0)

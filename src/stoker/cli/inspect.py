@@ -14,6 +14,7 @@ from stoker.cli.common import handle_errors, printable
 from stoker.cli.common import storage_options as _storage
 from stoker.cli.parquet import inspect_parquet
 from stoker.cli.tokens import inspect_tokens
+from stoker.cli.videos import print_videos, video_summary
 from stoker.core.units import format_bytes
 from stoker.errors import SourceError
 from stoker.format.foreign.parquet_summary import ParquetSummary, summarise_parquet
@@ -57,7 +58,9 @@ def inspect_command(
     max length), dtype, end-of-text id, shards and the sequences of --seq-len an epoch
     holds (tokens // (seq_len + 1)), from the index alone. A Parquet file, or a folder or
     prefix of them, shows its rows, row groups, files and each column's type, sample field,
-    bytes stored and decoded and nulls, from the footers alone (one GET a file).
+    bytes stored and decoded and nulls, from the footers alone (one GET a file). A dataset
+    of videos lists each one's codec, size, frames, frame rate, duration and keyframes
+    from its seek index.
     """
     try:
         dataset = open_dataset(url, storage_options=_storage(ctx))
@@ -95,6 +98,9 @@ def inspect_command(
             for s in dataset.shards
         ],
     }
+    videos = video_summary(dataset) if index.videos is not None else None
+    if videos is not None:
+        summary["videos"] = videos
     if as_json:
         click.echo(json.dumps(summary, indent=2))
         return
@@ -110,6 +116,8 @@ def inspect_command(
         table.add_row(_shown(name), f"{count:,}")
     console.print(table)
     _print_order(console, mix, cost)
+    if videos is not None:
+        print_videos(console, videos, _shown)
     shards = Table("shard", "samples", "bytes", "sha256")
     for entry in dataset.shards[:50]:
         shards.add_row(
