@@ -306,3 +306,63 @@ def test_inspect_lists_each_videos_seek_index(videos: Any) -> None:
     assert rows["walk/a"]["keyframes"] == 6  # 61 frames, a keyframe every 12
     assert rows["walk/a"]["keyframe_s"][:2] == [0.0, 0.4]
     assert rows["walk/a"]["fps"] == pytest.approx(30.0)
+
+
+def test_a_second_epoch_through_the_disk_cache_gets_nothing(videos: Any, tmp_path: Path) -> None:
+    url, options, frames = videos
+    config = _config(url, frames=4, clips_per_video=2)
+    cache = stoker.CacheConfig(dir=tmp_path / "cache")
+    with Loader(config, batch_size=4, cache=cache, seed=2, storage_options=options) as loader:
+        loader.read_ahead = False
+        first = sorted((c["key"], int(c["first_frame"])) for c in _clips(loader))
+    # Another process of the node: the index, the seek indexes and the clips' bytes all
+    # come from the node's cache.
+    with Loader(config, batch_size=4, cache=cache, seed=2, storage_options=options) as loader:
+        loader.read_ahead = False
+        store = loader.dataset.store
+        before = store.counters.snapshot()
+        again = sorted((c["key"], int(c["first_frame"])) for c in _clips(loader))
+        after = store.counters.snapshot()
+    assert again == first == sorted((k, s) for k, f in frames.items() for s in (0, len(f) - 4))
+    assert after.get("requests.get", 0) - before.get("requests.get", 0) == 0
+
+
+def test_videos_in_webdataset_tars_pack_into_clips(s3_bucket: Any, tmp_path: Path) -> None:
+    import io
+    import tarfile
+
+    videos = {f"clip{n}": make_video(frames=20, gop=6, photo=n) for n in range(3)}
+    (tmp_path / "tars").mkdir()
+    with tarfile.open(tmp_path / "tars" / "part-0000.tar", "w") as tar:
+        for key, data in videos.items():
+            for ext, value in (("mp4", data), ("cls", str(int(key[-1]) % 2).encode())):
+                info = tarfile.TarInfo(f"{key}.{ext}")
+                info.size = len(value)
+                tar.addfile(info, io.BytesIO(value))
+    url, options = f"{s3_bucket.url}/wds", s3_bucket.options()
+    stoker.pack(tmp_path / "tars", url, storage_options=options)
+    with Loader(_config(url, frames=5, step=7), batch_size=2, storage_options=options) as loader:
+        clips = _clips(loader)
+    assert sorted((c["key"], int(c["first_frame"])) for c in clips) == [
+        (k, s) for k in sorted(videos) for s in (0, 7, 14)
+    ]
+    for clip in clips:
+        every = decode_all(videos[clip["key"]])
+        first = int(clip["first_frame"])
+        np.testing.assert_array_equal(clip["image"], np.stack(every[first : first + 5]))
+        assert int(clip["label"]) == int(clip["key"][-1]) % 2
+
+
+def test_jax_loader_shards_clips_over_devices(videos: Any) -> None:
+    pytest.importorskip("jax")
+    from stoker.integrations.jax import JaxLoader
+
+    url, options, frames = videos
+    loader = JaxLoader(
+        _config(url, frames=3, clips_per_video=2), batch_size=2, storage_options=options
+    )
+    keys = []
+    for batch in loader:
+        assert batch["image"].shape[1:] == (3, 96, 160, 3)
+        keys += list(batch["key"])
+    assert sorted(keys) == sorted(k for k in frames for _ in range(2))
