@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # what mypy and IDEs see; at run time __getattr__ imports on 
     from stoker.pack.reencode import ImagePolicy
     from stoker.pack.tokens import TokenPackConfig, TokenPackReport, pack_tokens
     from stoker.pipeline.autotune import AutotuneConfig
+    from stoker.pipeline.clips import VideoConfig
     from stoker.pipeline.config import CacheConfig, DecodeConfig, LoaderOptions, SourceConfig
     from stoker.pipeline.fields import FieldsConfig
     from stoker.pipeline.loader import Loader
@@ -41,7 +42,6 @@ if TYPE_CHECKING:  # what mypy and IDEs see; at run time __getattr__ imports on 
     from stoker.pipeline.stats import LoaderStats
     from stoker.pipeline.token_batcher import TokenConfig
     from stoker.pipeline.token_loader import TokenLoader
-    from stoker.pipeline.clips import VideoConfig
     from stoker.pipeline.windows import WindowConfig
     from stoker.pipeline.world import World
     from stoker.storage import (

@@ -366,3 +366,49 @@ def test_jax_loader_shards_clips_over_devices(videos: Any) -> None:
         assert batch["image"].shape[1:] == (3, 96, 160, 3)
         keys += list(batch["key"])
     assert sorted(keys) == sorted(k for k in frames for _ in range(2))
+
+
+def _cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+def _decoded_on(device: str, url: str, options: dict[str, Any]) -> list[dict[str, Any]]:
+    config = _config(url, frames=4, clips_per_video=2, device=device)
+    with Loader(
+        config, batch_size=4, order=OrderConfig(mode="none"), storage_options=options
+    ) as loader:
+        return _clips(loader)
+
+
+def test_cuda_decode_without_a_gpu_says_so_once_and_decodes_on_the_cpu(
+    videos: Any, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if _cuda():
+        pytest.skip("a CUDA device is present: test_cuda_decode_equals_the_cpu_decode runs")
+    from stoker.format import video
+
+    monkeypatch.setattr(video, "_DEVICES", {})
+    url, options, _ = videos
+    with caplog.at_level(logging.WARNING, logger="stoker.format.video"):
+        gpu = _decoded_on("cuda", url, options)
+    assert caplog.text.count("video decode on cuda unavailable") == 1
+    cpu = _decoded_on("cpu", url, options)
+    for a, b in zip(gpu, cpu, strict=True):
+        np.testing.assert_array_equal(a["image"], b["image"])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _cuda(), reason="needs a CUDA device")
+def test_cuda_decode_equals_the_cpu_decode(videos: Any, caplog: pytest.LogCaptureFixture) -> None:
+    url, options, _ = videos
+    with caplog.at_level(logging.WARNING, logger="stoker.format.video"):
+        gpu = _decoded_on("cuda", url, options)
+    assert "unavailable" not in caplog.text
+    cpu = _decoded_on("cpu", url, options)
+    for a, b in zip(gpu, cpu, strict=True):
+        # NVDEC decodes bit-exactly; only the colour conversion after it may round apart.
+        assert np.abs(a["image"].astype(int) - b["image"].astype(int)).max() <= 2

@@ -17,6 +17,8 @@ and only when a video is probed or decoded.
 from __future__ import annotations
 
 import io
+import logging
+import threading
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -33,6 +35,13 @@ MAX_EXTRADATA = 1 << 16
 #: A packet's data is searched for this far past the offset the demuxer gives (Matroska
 #: gives the block's start, a few bytes before the frame's data).
 _DATA_SEARCH_BYTES = 64
+
+
+logger = logging.getLogger(__name__)
+
+#: Hardware decoders found usable (an ``HWAccel``) or not (None), by device, per process.
+_DEVICES: dict[str, Any] = {}
+_DEVICES_LOCK = threading.Lock()
 
 
 class VideoError(ValueError):
@@ -281,6 +290,8 @@ class ClipPackets:
         pts: Each packet's timestamp (int64).
         wanted: Timestamps of the clip's frames, in the clip's order (int64; may repeat).
         where: The video, for messages.
+        device: ``"cpu"``, or ``"cuda"`` to decode on the GPU's video engine (NVDEC,
+            through FFmpeg) where there is one, else on the CPU (said once per process).
     """
 
     codec: str
@@ -290,10 +301,11 @@ class ClipPackets:
     pts: np.ndarray
     wanted: np.ndarray
     where: str
+    device: str = "cpu"
 
     @classmethod
     def of(
-        cls, index: VideoIndex, frames: np.ndarray, *, where: str
+        cls, index: VideoIndex, frames: np.ndarray, *, where: str, device: str = "cpu"
     ) -> tuple[ClipPackets, int, int]:
         """The packets of frames ``frames`` (presentation order indices, ascending, may
         repeat) of ``index``'s video, with the byte range ``[start, end)`` of the video
@@ -312,8 +324,33 @@ class ClipPackets:
             pts=index.pts[lo:hi].copy(),
             wanted=index.pts[index.presentation()[frames]],
             where=where,
+            device=device,
         )
         return clip, start, end
+
+
+def _hardware(av: Any, device: str) -> Any:
+    """The hardware decoder of ``device`` for this process, or None for the CPU: where
+    the device cannot decode (no GPU, no driver, an FFmpeg without it), one warning and
+    the CPU from then on."""
+    if device == "cpu":
+        return None
+    with _DEVICES_LOCK:
+        if device not in _DEVICES:
+            from av.codec.hwaccel import HWAccel, hwdevices_available
+
+            try:
+                if device not in hwdevices_available():
+                    raise VideoError(f"this FFmpeg has no {device} decoding")
+                accel = HWAccel(device_type=device, allow_software_fallback=True)
+                av.CodecContext.create("h264", "r", hwaccel=accel)  # opens the device
+                _DEVICES[device] = accel
+            except Exception as exc:
+                logger.warning(
+                    "video decode on %s unavailable (%s); decoding on the CPU", device, exc
+                )
+                _DEVICES[device] = None
+        return _DEVICES[device]
 
 
 def decode_clip(clip: ClipPackets, blob: bytes | memoryview) -> list[np.ndarray]:
@@ -329,7 +366,7 @@ def decode_clip(clip: ClipPackets, blob: bytes | memoryview) -> list[np.ndarray]
     wanted = clip.wanted.tolist()
     found: dict[int, np.ndarray | None] = dict.fromkeys(wanted)
     try:
-        context = av.CodecContext.create(clip.codec, "r")
+        context = av.CodecContext.create(clip.codec, "r", hwaccel=_hardware(av, clip.device))
     except Exception as exc:
         raise VideoError(f"{where}: codec {clip.codec!r} does not decode here: {exc}") from exc
     if clip.extradata:

@@ -37,6 +37,10 @@ class VideoConfig:
         short: A video with fewer frames than one clip spans: ``"drop"`` it (counted and
             logged), ``"pad"`` (one clip from its first frame, its last frame repeated),
             or ``"error"``.
+        device: Where clips decode: ``"cpu"`` (the decode threads or processes), or
+            ``"cuda"``: the GPU's video decoder (NVDEC, through FFmpeg), frames then
+            copied to host memory for the transform; where no CUDA device can decode,
+            a warning and the CPU.
     """
 
     frames: int
@@ -45,6 +49,7 @@ class VideoConfig:
     step: int | None = None
     starts: Mapping[str, Sequence[int]] | None = None
     short: Literal["drop", "pad", "error"] = "drop"
+    device: Literal["cpu", "cuda"] = "cpu"
 
     def __post_init__(self) -> None:
         if self.frames < 1:
@@ -58,6 +63,8 @@ class VideoConfig:
             raise ValueError(f"clips_per_video must be >= 1, got {self.clips_per_video}")
         if self.step is not None and self.step < 1:
             raise ValueError(f"step must be >= 1, got {self.step}")
+        if self.device not in ("cpu", "cuda"):
+            raise ValueError(f"device must be 'cpu' or 'cuda', got {self.device!r}")
         if self.short not in ("drop", "pad", "error"):
             raise ValueError(f"short must be 'drop', 'pad' or 'error', got {self.short!r}")
 

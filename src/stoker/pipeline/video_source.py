@@ -139,7 +139,8 @@ class VideoSource:
         index: VideoIndex = self._index(row)
         frames = self.video.clip_frames(int(self.clips.first[unit]), index.frames)
         key = self.source.dataset.index.keys[sample]
-        clip, start, end = ClipPackets.of(index, frames, where=f"{self.url}: video {key!r}")
+        where = f"{self.url}: video {key!r}"
+        clip, start, end = ClipPackets.of(index, frames, where=where, device=self.video.device)
         offset = self.table.member(row)[0]
         return sample, clip, offset + start, offset + end
 
