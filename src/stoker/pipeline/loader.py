@@ -25,6 +25,7 @@ from typing import Any, Literal
 from stoker.core.metrics import Stage, Stages, TraceEvent
 from stoker.pipeline.autotune import AutotuneConfig, Autotuner, default_threads
 from stoker.pipeline.batcher import BatcherSettings
+from stoker.pipeline.clips import VideoConfig
 from stoker.pipeline.config import (
     BLOCK_PAGE_BYTES,
     SAMPLE_PAGE_BYTES,
@@ -32,6 +33,7 @@ from stoker.pipeline.config import (
     DecodeConfig,
     check_loader_arguments,
     config_or_default,
+    with_video,
 )
 from stoker.pipeline.epoch_run import EpochRun
 from stoker.pipeline.mixing import SourceShare
@@ -103,6 +105,7 @@ class Loader:
         cache: A node-local disk cache and an in-memory cache
             (:class:`~stoker.pipeline.config.CacheConfig`).
         storage_options: See :func:`stoker.open_store`.
+        video: Units are clips of its videos (``SourceConfig(source, video=video)``).
 
     Attributes:
         read_ahead: Whether an epoch's end starts the next epoch (true): its first read
@@ -132,7 +135,9 @@ class Loader:
         autotune: AutotuneConfig | None = None,
         cache: CacheConfig | None = None,
         storage_options: Mapping[str, Any] | None = None,
+        video: VideoConfig | None = None,
     ) -> None:
+        source = source if video is None else with_video(source, video)
         check_loader_arguments(batch_size=batch_size, prefetch=prefetch, transform=transform)
         order = config_or_default("order", order, OrderConfig)
         decode = config_or_default("decode", decode, DecodeConfig)
@@ -284,8 +289,7 @@ class Loader:
     # -- observe ---------------------------------------------------------------------------
 
     def trace(self, *, max_events: int = 200_000) -> None:
-        """Keep a timeline of the last ``max_events`` stage runs from now on (:meth:`events`
-        returns it; ``stoker doctor --trace`` writes it as a Chrome trace)."""
+        """Keep a timeline of the last ``max_events`` stage runs (:meth:`events`)."""
         self.stages.start_tracing(max_events)
 
     def events(self) -> list[TraceEvent]:
@@ -293,8 +297,7 @@ class Loader:
         return self.stages.events()
 
     def log_every(self, seconds: float | None) -> None:
-        """Log a one-line summary (images/s, input-bound share, busiest stage, requests) at
-        INFO every ``seconds`` while iterating; None stops it."""
+        """Log a one-line summary at INFO every ``seconds`` while iterating; None stops it."""
         if seconds is not None and seconds < 0:
             raise ValueError(f"seconds must be >= 0, got {seconds}")
         self._progress.every_s = seconds
@@ -355,13 +358,11 @@ class Loader:
         self.epoch, self._position, self._segments = self.epoch + 1, 0, []
 
     def lead_next_epoch(self, threads: int) -> None:
-        """Decode the next iteration's first batch alone, on ``threads`` threads (the
-        DataLoader worker asked first, while the others wait for it), then as before."""
+        """Decode the next iteration's first batch alone, on ``threads`` threads."""
         self._runs.lead = threads
 
     def _read_ahead(self) -> None:
-        """Every read of this epoch is under way: start the next epoch (its first batch's
-        reads; its first batches decode as this epoch's last ones do; see ``read_ahead``)."""
+        """Every read of this epoch is under way: start the next one (``read_ahead``)."""
         if self.read_ahead and not self._segments:
             self._runs.read_ahead(self.epoch + 1)  # this epoch's number until it ends
 
@@ -383,8 +384,7 @@ class Loader:
         return now
 
     def close(self) -> None:
-        """Stop the decode threads (or processes) and close the disk cache's files; iterating
-        again starts them anew."""
+        """Stop the decode threads (or processes) and close the disk cache's files."""
         self._prefetcher.drop_read_ahead()
         self._runs.close()
         if (workers := self._batches.workers) is not None:
