@@ -12,9 +12,13 @@ from stoker.cli.common import with_options
 #: Batch sizes when --batch-size is not given: images, and token sequences (bench --seq-len).
 IMAGE_BATCH = 256
 TOKEN_BATCH = 8
+#: What show, bench and doctor read of a dataset of videos: one clip of this many frames
+#: from the start of each video.
+CLIP_FRAMES = 16
 
 if TYPE_CHECKING:
     from stoker.format.reader import ShardDataset
+    from stoker.pipeline.clips import VideoConfig
     from stoker.pipeline.loader import Loader
 
 
@@ -95,7 +99,9 @@ def open_loader(
     block_size: int | None = None,
     cache_dir: str | None = None,
 ) -> Loader:
-    """The Loader the command's options describe (``transform_kind`` None: no transform)."""
+    """The Loader the command's options describe (``transform_kind`` None: no transform);
+    over a dataset of videos, clips of :data:`CLIP_FRAMES` frames (a video shorter than
+    that padded with its last frame)."""
     from stoker.pipeline.config import CacheConfig, DecodeConfig
     from stoker.pipeline.loader import Loader
     from stoker.pipeline.order import OrderConfig
@@ -110,4 +116,23 @@ def open_loader(
         prefetch=prefetch or "auto",
         cache=CacheConfig(dir=cache_dir),
         storage_options=_storage(ctx),
+        video=_clips_of(ctx, url),
     )
+
+
+def _clips_of(ctx: click.Context, url: str | ShardDataset) -> VideoConfig | None:
+    """The clips a command reads of ``url``: None unless it is a dataset of videos."""
+    from stoker.format.reader import ShardDataset, open_dataset
+    from stoker.pipeline.clips import VideoConfig
+
+    try:
+        dataset = (
+            url
+            if isinstance(url, ShardDataset)
+            else open_dataset(url, storage_options=_storage(ctx))
+        )
+    except FileNotFoundError:  # Parquet, a folder of images: no videos
+        return None
+    if dataset.index.videos is None:
+        return None
+    return VideoConfig(frames=CLIP_FRAMES, short="pad")

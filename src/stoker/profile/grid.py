@@ -46,7 +46,7 @@ def open_for_show(
         raise
     except FileNotFoundError:
         return url, True
-    return dataset, stores_images(DatasetSource(dataset))
+    return dataset, dataset.index.videos is not None or stores_images(DatasetSource(dataset))
 
 
 def sample_grid(
@@ -94,7 +94,7 @@ def _first_samples(loader: Loader, wanted: int) -> _Cells:
         ):
             if image is None:  # missing="none" and no image in this sample
                 continue
-            cells.images.append(np.asarray(image))
+            cells.images.append(_still(np.asarray(image)))
             name = names[label] if 0 <= label < len(names) else "(no label)"
             cells.titles.append(f"{name}  [{key.rsplit('/', 1)[-1]}]")
             cells.captions.append(None if field is None else _caption(caption))
@@ -103,6 +103,14 @@ def _first_samples(loader: Loader, wanted: int) -> _Cells:
     if not cells.images:
         raise ValueError(f"{loader.dataset.url}: no samples to show")
     return cells
+
+
+def _still(image: np.ndarray) -> np.ndarray:
+    """One picture of a sample: an image as it is; a clip (or window) of frames as its
+    first, middle and last frames side by side."""
+    if image.ndim != 4:
+        return image
+    return np.concatenate([image[0], image[len(image) // 2], image[-1]], axis=1)
 
 
 def _caption(value: Any) -> str:

@@ -1,0 +1,44 @@
+"""The commands over a dataset of videos (issue 36): show draws each clip's first, middle
+and last frames; bench and doctor read clips."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from PIL import Image
+
+import stoker
+from stoker.cli.main import cli
+from stoker.testing.videos import make_video
+
+pytest.importorskip("av")
+
+
+@pytest.fixture
+def packed(tmp_path: Path) -> Path:
+    for n, name in enumerate(("a/one.mp4", "b/two.mp4", "b/three.webm")):
+        path = tmp_path / "in" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        codec = "libvpx-vp9" if name.endswith("webm") else "libx264"
+        path.write_bytes(make_video(frames=20 + 4 * n, codec=codec, photo=n))
+    stoker.pack(tmp_path / "in", tmp_path / "out")
+    return tmp_path / "out"
+
+
+def test_show_draws_three_frames_of_each_clip(packed: Path, tmp_path: Path) -> None:
+    out = tmp_path / "grid.png"
+    result = CliRunner().invoke(cli, ["show", str(packed), "--out", str(out), "--size", "64"])
+    assert result.exit_code == 0, result.output
+    assert "Wrote" in result.output and "(3 samples" in result.output
+    with Image.open(out) as grid:
+        assert grid.width >= 3 * 3 * 64  # three cells a row, three frames a cell
+
+
+@pytest.mark.parametrize("command", [["bench", "--batches", "2"], ["doctor", "--batches", "2"]])
+def test_bench_and_doctor_read_clips(packed: Path, command: list[str]) -> None:
+    args = [command[0], str(packed), *command[1:], "--batch-size", "2", "--size", "32"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    assert "samples" in result.output or "images/s" in result.output
