@@ -280,11 +280,10 @@ def test_show_writes_a_titled_grid_and_bench_reports(tmp_path: Path) -> None:
 def test_extensions_are_normalised_before_the_checks(tmp_path: Path) -> None:
     from stoker.errors import SourceError
     from stoker.format.foreign.base import Sample
-    from stoker.pack.reencode import ImagePolicy
     from stoker.pack.shard_writer import _prepare
 
     # A misnamed, undecodable "jpeg" is checked like a "jpg" (it used to pass unchecked).
     with pytest.raises(SourceError, match="cannot decode"):
-        _prepare(Sample("a", {"jpeg": b"garbage"}, 0), ImagePolicy(), "where")
+        _prepare(Sample("a", {"jpeg": b"garbage"}, 0), PackConfig(), "where")
     with pytest.raises(SourceError, match="same extension twice"):
-        _prepare(Sample("a", {"jpeg": b"x", "JPG": b"y"}, 0), ImagePolicy(), "where")
+        _prepare(Sample("a", {"jpeg": b"x", "JPG": b"y"}, 0), PackConfig(), "where")

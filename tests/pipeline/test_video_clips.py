@@ -426,3 +426,27 @@ def test_loader_video_is_short_for_the_source_config(videos: Any) -> None:
         np.testing.assert_array_equal(a["image"], b["image"])
     with pytest.raises(TypeError, match="video= takes a dataset URL or a SourceConfig"):
         Loader(object(), batch_size=2, video=video)  # type: ignore[arg-type]
+
+
+def test_pack_re_encodes_videos_once_when_asked(tmp_path: Path) -> None:
+    from stoker.pack.config import PackConfig
+    from stoker.pack.video_reencode import VideoPolicy
+
+    folder = tmp_path / "in" / "a"
+    folder.mkdir(parents=True)
+    (folder / "wide.mkv").write_bytes(make_video(frames=60, width=320, height=192, gop=40))
+    policy = VideoPolicy(resize_shorter=48, fps=10)
+    report = stoker.pack(tmp_path / "in", tmp_path / "out", config=PackConfig(videos=policy))
+    assert report.samples == 1
+    dataset = stoker.open_dataset(tmp_path / "out")
+    assert dataset.index.fields == {"cls": 1, "mp4": 1}  # re-encoded as H.264 in MP4
+    stored = bytes(dataset[0]["mp4"])
+    every = decode_all(stored)
+    assert len(every) == 20  # 2 s at 10 frames/s
+    assert every[0].shape == (48, 80, 3)
+    with Loader(
+        SourceConfig(tmp_path / "out", video=VideoConfig(frames=4, stride=5)), batch_size=1
+    ) as loader:
+        (clip,) = _clips(loader)
+    np.testing.assert_array_equal(clip["image"], np.stack(every[0:20:5]))
+    np.testing.assert_allclose(clip["timestamps"], [0.0, 0.5, 1.0, 1.5])

@@ -25,6 +25,7 @@ from stoker.pack.limits import check_workers
 from stoker.pack.packer import DEFAULT_SHARD_BYTES, PackConfig, PackReport, pack
 from stoker.pack.reencode import ImagePolicy
 from stoker.pack.sources import FORMATS
+from stoker.pack.video_reencode import VideoPolicy
 
 __all__ = [
     "LABEL_MIX_BATCH",
@@ -59,9 +60,15 @@ __all__ = [
     "resize_shorter",
     type=click.IntRange(1),
     metavar="SHORTER_SIDE",
-    help="Scale images so the shorter side is this many pixels (never enlarges).",
+    help="Scale images (and videos, re-encoded as H.264) so the shorter side is this many "
+    "pixels (never enlarges).",
 )
 @click.option("--max-side", type=click.IntRange(1), help="Scale so the longer side fits.")
+@click.option(
+    "--fps",
+    type=click.FloatRange(0, 1000, min_open=True),
+    help="Re-encode videos at this frame rate, as H.264 (default: videos kept as they are).",
+)
 @click.option(
     "--quality",
     type=click.IntRange(1, 100),
@@ -143,6 +150,7 @@ def pack_command(
     samples_per_shard: int | None,
     resize_shorter: int | None,
     max_side: int | None,
+    fps: float | None,
     quality: int | None,
     max_pixels: int,
     shuffle_seed: int,
@@ -163,14 +171,17 @@ def pack_command(
     as_json: bool,
     no_progress: bool,
 ) -> None:
-    """Pack SRC (image folder, CSV/JSONL list, WebDataset tars, TFRecord, HDF5; local or in a
-    bucket) into indexed tar shards at DST_URL.
+    """Pack SRC (image or video folder, CSV/JSONL list, WebDataset tars, TFRecord, HDF5,
+    Parquet; local or in a bucket) into indexed tar shards at DST_URL.
 
     Shards are written whole and the index last, so an interrupted pack never leaves an index
     that points at a partial shard; rerunning the same command resumes where it stopped (with
     other input or arguments it is refused, naming what differs). Every image is checked as
-    training will decode it; DST_URL may not lie inside an input folder, and must be empty
-    unless it holds that pack: anything else there is named and nothing is written.
+    training will decode it; every video (.mp4, .mkv, .webm, .mov) is stored as it is,
+    unless --resize, --max-side or --fps re-encode it, with a seek index that lets a clip
+    be read alone (Loader(url, video=VideoConfig(...))). DST_URL may not lie inside an
+    input folder, and must be empty unless it holds that pack: anything else there is
+    named and nothing is written.
 
     With --tokens, SRC holds tokenized documents or text and DST_URL gets token shards
     (uint16 when the ids fit, else uint32), documents in a shuffled order (--keep-order
@@ -214,6 +225,11 @@ def _pack_config(params: dict[str, Any]) -> PackConfig:
             max_side=params["max_side"],
             quality=params["quality"],
             max_pixels=params["max_pixels"],
+        ),
+        videos=VideoPolicy(
+            resize_shorter=params["resize_shorter"],
+            max_side=params["max_side"],
+            fps=params["fps"],
         ),
         shuffle_seed=None if params["keep_order"] else params["shuffle_seed"],
         workers=params["workers"],

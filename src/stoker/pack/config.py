@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from stoker.format.spec import MAX_PREFIXES
 from stoker.pack.reencode import ImagePolicy
+from stoker.pack.video_reencode import VideoPolicy
 
 DEFAULT_SHARD_BYTES = 128_000_000
 
@@ -22,6 +23,9 @@ class PackConfig:
             whether the other members are checked as training will decode them (``npy``
             headers and sizes, JSON, UTF-8 text, integer ``cls``; see
             :mod:`stoker.pack.fieldcheck`).
+        videos: Resizing or re-timing videos, re-encoded once as H.264
+            (:class:`~stoker.pack.video_reencode.VideoPolicy`); by default each is kept
+            byte for byte.
         shuffle_seed: Pack the samples in the random order of this seed (recorded in the
             index), so that every read group, and so every batch, mixes classes whatever the
             order the input lists them in (class folders are sorted). None keeps the input's
@@ -38,6 +42,7 @@ class PackConfig:
     max_shard_bytes: int = DEFAULT_SHARD_BYTES
     samples_per_shard: int | None = None
     images: ImagePolicy = field(default_factory=ImagePolicy)
+    videos: VideoPolicy = field(default_factory=VideoPolicy)
     shuffle_seed: int | None = 0
     workers: int = 32
     shards_in_flight: int = 2
@@ -59,4 +64,6 @@ class PackConfig:
         """The parameters that change the bytes written (part of the plan id)."""
         # One prefix adds nothing, so plans and manifests of flat packs stay as they were.
         spread = {"prefixes": self.prefixes} if self.prefixes > 1 else {}
-        return {"images": asdict(self.images), **spread}
+        # Videos kept as they are add nothing either (plans of earlier packs stay valid).
+        videos = {"videos": asdict(self.videos)} if self.videos.rewrites else {}
+        return {"images": asdict(self.images), **videos, **spread}

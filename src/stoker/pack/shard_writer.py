@@ -24,7 +24,8 @@ from stoker.format.video import VIDEO_FIELDS, VideoError, VideoIndex, probe_vide
 from stoker.format.writer import SampleRecord, ShardRecord, ShardWriter
 from stoker.pack.config import PackConfig
 from stoker.pack.fieldcheck import check_field
-from stoker.pack.reencode import ImagePolicy, process_image
+from stoker.pack.reencode import process_image
+from stoker.pack.video_reencode import reencode_video
 from stoker.storage import Store
 from stoker.storage.engine import default_engine
 
@@ -80,10 +81,12 @@ def record_videos(data: bytes) -> list[tuple[int, int, int, VideoIndex]]:
     ]
 
 
-def _prepare(sample: Sample, policy: ImagePolicy, where: str) -> Sample:
+def _prepare(sample: Sample, config: PackConfig, where: str) -> Sample:
     """Normalise the sample's extensions (``jpeg`` -> ``jpg``: the names the shard will
-    have), check and re-encode its images, and check its other members as training will
-    decode them (:mod:`stoker.pack.fieldcheck`)."""
+    have), check and re-encode its images, re-encode its video where asked and index it
+    (:func:`~stoker.format.video.probe_video`), and check its other members as training
+    will decode them (:mod:`stoker.pack.fieldcheck`)."""
+    policy = config.images
     fields: dict[str, bytes] = {}
     named = [(normalise_extension(ext), data) for ext, data in sample.fields.items()]
     names = [ext for ext, _ in named]
@@ -96,6 +99,9 @@ def _prepare(sample: Sample, policy: ImagePolicy, where: str) -> Sample:
     for ext, data in named:
         if ext in VIDEO_FIELDS and video is None:
             try:
+                if config.videos.rewrites:
+                    data = reencode_video(data, config.videos, where=f"{where}: {ext}")
+                    ext = "mp4"
                 video = (ext, probe_video(data, where=f"{where}: {ext}"))
             except VideoError as exc:
                 raise SourceError(str(exc)) from exc
@@ -134,10 +140,8 @@ async def _load_all_async(
                 )
             )
             if heavy:
-                return await loop.run_in_executor(
-                    pool, _prepare, sample, config.images, ref.location
-                )
-            return _prepare(sample, config.images, ref.location)
+                return await loop.run_in_executor(pool, _prepare, sample, config, ref.location)
+            return _prepare(sample, config, ref.location)
         except SourceError as exc:
             if config.on_error == "raise":
                 raise
@@ -164,7 +168,7 @@ def write_one_shard(
 
     def load(ref: SampleRef) -> Sample | tuple[SampleRef, str]:
         try:
-            return _prepare(reader.read(ref), config.images, ref.location)
+            return _prepare(reader.read(ref), config, ref.location)
         except SourceError as exc:
             if config.on_error == "raise":
                 raise
