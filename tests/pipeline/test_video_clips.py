@@ -450,3 +450,38 @@ def test_pack_re_encodes_videos_once_when_asked(tmp_path: Path) -> None:
         (clip,) = _clips(loader)
     np.testing.assert_array_equal(clip["image"], np.stack(every[0:20:5]))
     np.testing.assert_allclose(clip["timestamps"], [0.0, 0.5, 1.0, 1.5])
+
+
+def test_clips_a_list_names_by_frame_or_by_time(videos: Any) -> None:
+    url, options, frames = videos
+
+    def clips(**video: Any) -> list[tuple[str, int]]:
+        with Loader(
+            _config(url, frames=3, **video), batch_size=4, storage_options=options
+        ) as loader:
+            found = _clips(loader)
+        for clip in found:
+            every = frames[clip["key"]]
+            first = int(clip["first_frame"])
+            np.testing.assert_array_equal(clip["image"], np.stack(every[first : first + 3]))
+        return sorted((c["key"], int(c["first_frame"])) for c in found)
+
+    assert clips(starts={"walk/a": [3, 40], "run/d": [0]}) == [
+        ("run/d", 0),
+        ("walk/a", 3),
+        ("walk/a", 40),
+    ]
+    # 30 frames/s: 1.0 s is frame 30; 0.51 s is shown from frame 16 (0.5333 s) on.
+    assert clips(seconds={"walk/a": [0.0, 1.0], "run/c": [0.51]}) == [
+        ("run/c", 16),
+        ("walk/a", 0),
+        ("walk/a", 30),
+    ]
+    with pytest.raises(ValueError, match="no video 'nope'"):
+        Loader(
+            _config(url, frames=3, seconds={"nope": [0.0]}), batch_size=1, storage_options=options
+        )
+    with pytest.raises(ValueError, match="a clip time past its"):
+        Loader(
+            _config(url, frames=3, seconds={"run/e": [5.0]}), batch_size=1, storage_options=options
+        )

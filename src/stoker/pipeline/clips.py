@@ -34,6 +34,8 @@ class VideoConfig:
         step: A clip every ``step`` frames instead (sliding windows; overlapping where
             ``step`` is under the clip's span).
         starts: The clips a list names instead: video key -> first frames.
+        seconds: The clips a list names by time instead: video key -> start times in
+            seconds (a clip starts at the first frame shown at or after its time).
         short: A video with fewer frames than one clip spans: ``"drop"`` it (counted and
             logged), ``"pad"`` (one clip from its first frame, its last frame repeated),
             or ``"error"``.
@@ -48,6 +50,7 @@ class VideoConfig:
     clips_per_video: int | None = None
     step: int | None = None
     starts: Mapping[str, Sequence[int]] | None = None
+    seconds: Mapping[str, Sequence[float]] | None = None
     short: Literal["drop", "pad", "error"] = "drop"
     device: Literal["cpu", "cuda"] = "cpu"
 
@@ -56,9 +59,10 @@ class VideoConfig:
             raise ValueError(f"frames must be >= 1, got {self.frames}")
         if self.stride < 1:
             raise ValueError(f"stride must be >= 1, got {self.stride}")
-        given = [n for n in ("clips_per_video", "step", "starts") if getattr(self, n) is not None]
+        ways = ("clips_per_video", "step", "starts", "seconds")
+        given = [n for n in ways if getattr(self, n) is not None]
         if len(given) > 1:
-            raise ValueError(f"give one of clips_per_video, step and starts, not {given}")
+            raise ValueError(f"give one of {', '.join(ways)}, not {given}")
         if self.clips_per_video is not None and self.clips_per_video < 1:
             raise ValueError(f"clips_per_video must be >= 1, got {self.clips_per_video}")
         if self.step is not None and self.step < 1:

@@ -12,7 +12,8 @@ frame's, in seconds), and its ``clip`` for the decoder, which gives ``image`` as
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -69,6 +70,9 @@ class VideoSource:
         dataset = source.dataset
         self.table = read_video_table(dataset)
         keys = dataset.index.keys
+        if video.seconds is not None:
+            video = replace(video, seconds=None, starts=self._frames_at(video.seconds))
+            self.video = video
         frames = self.table.frame_counts
         rows = [
             (int(s), keys[int(s)], int(n)) for s, n in zip(self.table.samples, frames, strict=True)
@@ -80,6 +84,26 @@ class VideoSource:
             np.asarray(dataset.index.shard, dtype=np.int64), len(dataset.shards)
         )
         self._index = functools.lru_cache(maxsize=_INDEXES_KEPT)(self.table.index)
+
+    def _frames_at(self, seconds: Mapping[str, Sequence[float]]) -> dict[str, list[int]]:
+        """The first frame shown at or after each listed time, by video key.
+
+        Raises:
+            ValueError: A key that is no video of the dataset, or a time past its end.
+        """
+        keys = self.source.dataset.index.keys
+        rows = {keys[int(s)]: v for v, s in enumerate(self.table.samples.tolist())}
+        frames: dict[str, list[int]] = {}
+        for key, times in seconds.items():
+            if key not in rows:
+                raise ValueError(f"{self.source.url}: no video {key!r} (clip times given for it)")
+            index = self.table.index(rows[key])
+            shown = np.sort(index.seconds(index.pts))
+            found = np.searchsorted(shown - shown[0], np.asarray(times, dtype=np.float64) - 1e-9)
+            if (found >= len(shown)).any():
+                raise ValueError(f"video {key!r}: a clip time past its {index.duration:.3f} s")
+            frames[key] = found.tolist()
+        return frames
 
     @property
     def url(self) -> str:
