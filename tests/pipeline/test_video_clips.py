@@ -485,3 +485,29 @@ def test_clips_a_list_names_by_frame_or_by_time(videos: Any) -> None:
         Loader(
             _config(url, frames=3, seconds={"run/e": [5.0]}), batch_size=1, storage_options=options
         )
+
+
+def test_clips_of_two_datasets_mix_in_their_proportions(s3_bucket: Any, tmp_path: Path) -> None:
+    urls, options = [], s3_bucket.options()
+    for part, count in (("x", 4), ("y", 2)):
+        _write(
+            tmp_path / part,
+            tuple((f"{part}/v{n}.mp4", "libx264", "mp4", 16, 8, False) for n in range(count)),
+        )
+        urls.append(f"{s3_bucket.url}/{part}")
+        stoker.pack(tmp_path / part, urls[-1], storage_options=options)
+    config = SourceConfig(
+        urls,
+        mix=stoker.MixConfig(samples_per_epoch=(8, 8), replacement=True),
+        video=VideoConfig(frames=4, clips_per_video=2),
+    )
+    with Loader(config, batch_size=4, seed=3, storage_options=options) as loader:
+        clips = _clips(loader)
+    by_source = {k: [c for c in clips if int(c["source"]) == k] for k in (0, 1)}
+    assert len(by_source[0]) == len(by_source[1]) == 8
+    # The second dataset's 4 clips twice over; the first's 8 once each.
+    assert len({(c["key"], int(c["first_frame"])) for c in by_source[0]}) == 8
+    assert len({(c["key"], int(c["first_frame"])) for c in by_source[1]}) == 4
+    assert clips[0]["image"].shape == (4, 96, 160, 3)
+    with pytest.raises(ValueError, match="take no window"):
+        SourceConfig(urls[0], video=VideoConfig(frames=2), window=stoker.WindowConfig(size=2))

@@ -205,9 +205,9 @@ class SourceConfig:
     def __post_init__(self) -> None:
         location = self.location
         extras = self.mix, self.window, self.side_tables, self.tokens
-        if self.video is not None and any(extra for extra in extras):
-            raise ValueError("video clips go with one packed dataset alone (no mix, window, ...)")
-        if self.columns is not None and any(extra for extra in extras):
+        if self.video is not None and any(extra for extra in extras[1:]):
+            raise ValueError("video clips take no window, side tables or tokens")
+        if self.columns is not None and any(extra for extra in (*extras, self.video)):
             raise ValueError("columns go with one Parquet location alone (no mix, window, ...)")
         count = 1 if isinstance(location, str | os.PathLike | ShardDataset) else len(location)
         if count > 1 and self.mix is None:

@@ -123,7 +123,9 @@ def open_source(
         for name, url in (config.side_tables or {}).items()
     }
     if config.mix is not None:
-        packed_parts: list[MixPart] = [DatasetSource(d) for d in datasets]
+        packed_parts: list[MixPart] = [_part(DatasetSource(d), config) for d in datasets]
+        if in_place and config.video is not None:
+            raise ValueError("a mix of video clips takes packed datasets of videos alone")
         sources = [in_place.get(n) or packed_parts.pop(0) for n in range(len(opened))]
         return MixedSource(sources, config.mix, [_block_size(s) for s in sources])
     first = DatasetSource(datasets[0], tables)  # no mix: one packed dataset (_open_part)
@@ -153,6 +155,11 @@ def _open_part(
     from stoker.pipeline.parquet_source import open_parquet  # only for Parquet parts
 
     return open_parquet(str(item), storage_options=storage_options, cache_dir=node)
+
+
+def _part(source: DatasetSource, config: SourceConfig) -> MixPart:
+    """A packed dataset as a part of a mix: its samples, or clips of its videos."""
+    return source if config.video is None else VideoSource(source, config.video)
 
 
 def _block_size(source: MixPart) -> int:

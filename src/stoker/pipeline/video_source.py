@@ -27,6 +27,7 @@ from stoker.pipeline.batching import BatchAssembler
 from stoker.pipeline.clips import ClipTable, VideoConfig, clip_table
 from stoker.pipeline.dataset_source import DatasetSource
 from stoker.pipeline.order import EpochOrder, OrderConfig, epoch_order
+from stoker.pipeline.source import Source
 
 #: Seek indexes kept decoded per process (each a few arrays of one entry per frame).
 _INDEXES_KEPT = 4096
@@ -128,6 +129,28 @@ class VideoSource:
         return BatchAssembler.for_source(
             self, settings, unit_shape=(self.video.frames,), images=True
         )
+
+    @property
+    def shard_sizes(self) -> list[int]:
+        """Clips in each shard (a mix's blocks never cross them)."""
+        return self._sizes
+
+    def mix_batcher(
+        self, mix: Source, parts: Sequence[object], settings: BatcherSettings
+    ) -> Batcher:
+        """The batcher of ``mix``, a mix of clips of this many frames.
+
+        Raises:
+            ValueError: A part that is no clips of as many frames.
+        """
+        frames = self.video.frames
+        for part in parts:
+            if not (isinstance(part, VideoSource) and part.video.frames == frames):
+                raise ValueError(
+                    f"a mix of clips takes clips of {frames} frames alone; "
+                    f"{getattr(part, 'url', part)} gives other units"
+                )
+        return BatchAssembler.for_source(mix, settings, unit_shape=(frames,), images=True)
 
     def shard_of(self, unit: int) -> str | None:
         return self.source.shard_of(int(self.clips.sample[unit]))
