@@ -11,6 +11,7 @@ frame's, in seconds), and its ``clip`` for the decoder, which gives ``image`` as
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -118,7 +119,8 @@ class VideoSource:
     def extra_fields(self) -> tuple[str, ...]:
         return ("first_frame", "timestamps")
 
-    cut_first_batch = False
+    # A clip is tens to hundreds of kB: the first batch need not wait for its read groups.
+    cut_first_batch = True
     row_fields = None
     one_get_per_unit = False
 
@@ -225,13 +227,20 @@ class VideoSource:
             found["timestamps"] = video_index.seconds(clip.wanted)
             found["clip"] = clip
             runs.setdefault(int(index.shard[sample]), []).append((start, end, unit))
-        for shard, parts in runs.items():
-            for start, end, members in _merged(parts):
-                got = await dataset.read_parts_async(
+        reads = [
+            (
+                members,
+                dataset.read_parts_async(
                     shard, start=start, end=end, parts=[(s, e) for s, e, _ in members]
-                )
-                for (_, _, unit), data in zip(members, got, strict=True):
-                    units[unit]["clip_bytes"] = bytes(data)  # picklable, for worker processes
+                ),
+            )
+            for shard, parts in runs.items()
+            for start, end, members in _merged(parts)
+        ]
+        got = await asyncio.gather(*(read for _, read in reads))  # every run's GET at once
+        for (members, _), data in zip(reads, got, strict=True):
+            for (_, _, unit), part in zip(members, data, strict=True):
+                units[unit]["clip_bytes"] = bytes(part)  # picklable, for worker processes
         return [units[int(i)] for i in ids]
 
 
