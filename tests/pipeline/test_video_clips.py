@@ -390,11 +390,11 @@ def test_cuda_decode_without_a_gpu_says_so_once_and_decodes_on_the_cpu(
 ) -> None:
     if _cuda():
         pytest.skip("a CUDA device is present: test_cuda_decode_equals_the_cpu_decode runs")
-    from stoker.format import video
+    from stoker.format import video_decode
 
-    monkeypatch.setattr(video, "_DEVICES", {})
+    monkeypatch.setattr(video_decode, "_DEVICES", {})
     url, options, _ = videos
-    with caplog.at_level(logging.WARNING, logger="stoker.format.video"):
+    with caplog.at_level(logging.WARNING, logger="stoker.format.video_decode"):
         gpu = _decoded_on("cuda", url, options)
     assert caplog.text.count("video decode on cuda unavailable") == 1
     cpu = _decoded_on("cpu", url, options)
@@ -406,7 +406,7 @@ def test_cuda_decode_without_a_gpu_says_so_once_and_decodes_on_the_cpu(
 @pytest.mark.skipif(not _cuda(), reason="needs a CUDA device")
 def test_cuda_decode_equals_the_cpu_decode(videos: Any, caplog: pytest.LogCaptureFixture) -> None:
     url, options, _ = videos
-    with caplog.at_level(logging.WARNING, logger="stoker.format.video"):
+    with caplog.at_level(logging.WARNING, logger="stoker.format.video_decode"):
         gpu = _decoded_on("cuda", url, options)
     assert "unavailable" not in caplog.text
     cpu = _decoded_on("cpu", url, options)

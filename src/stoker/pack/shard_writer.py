@@ -20,7 +20,8 @@ from stoker.format.spec import (
     shard_key,
     shard_name,
 )
-from stoker.format.video import VIDEO_FIELDS, VideoError, VideoIndex, probe_video
+from stoker.format.video import VIDEO_FIELDS, VideoError, VideoIndex
+from stoker.format.video_decode import probe_video
 from stoker.format.writer import SampleRecord, ShardRecord, ShardWriter
 from stoker.pack.config import PackConfig
 from stoker.pack.fieldcheck import check_field
@@ -84,7 +85,7 @@ def record_videos(data: bytes) -> list[tuple[int, int, int, VideoIndex]]:
 def _prepare(sample: Sample, config: PackConfig, where: str) -> Sample:
     """Normalise the sample's extensions (``jpeg`` -> ``jpg``: the names the shard will
     have), check and re-encode its images, re-encode its video where asked and index it
-    (:func:`~stoker.format.video.probe_video`), and check its other members as training
+    (:func:`~stoker.format.video_decode.probe_video`), and check its other members as training
     will decode them (:mod:`stoker.pack.fieldcheck`)."""
     policy = config.images
     fields: dict[str, bytes] = {}

@@ -12,7 +12,8 @@ from typing import Any
 import numpy as np
 
 from stoker.format.spec import IMAGE_FIELD_NAMES
-from stoker.format.video import ClipPackets, VideoError, decode_clip
+from stoker.format.video import VideoError
+from stoker.format.video_decode import ClipPackets, decode_clip
 from stoker.pipeline.decode import DEFAULT_MAX_PIXELS, apply_plan, decode_full, decode_planned
 from stoker.pipeline.fields import FieldsConfig, MissingField, decode_fields
 from stoker.pipeline.transforms import PlannedTransform
@@ -152,24 +153,22 @@ class SampleDecoder:
     ) -> Any:
         """A video clip's frames, decoded from its packets, with one augmentation: a
         built-in transform plans one crop for the clip; a callable is called on each
-        frame (as a ``PIL.Image``)."""
+        frame (as a ``PIL.Image``).
+
+        Raises:
+            ValueError: Frames of more than ``max_pixels`` (refused before decoding), or
+                packets that do not decode.
+        """
+        if clip.width * clip.height > self.max_pixels:
+            raise ValueError(f"frames of {clip.width}x{clip.height} pixels, over max_pixels")
+        if self.planned and self.transform is not None:
+            return self._planned_clip(index, epoch, clip, data, out)
         try:
             frames = decode_clip(clip, data)
         except VideoError as exc:
             raise ValueError(str(exc)) from exc
-        height, width = frames[0].shape[:2]
-        if width * height > self.max_pixels:
-            raise ValueError(f"frames of {width}x{height} pixels, over max_pixels")
         if self.transform is None:
             return np.stack(frames, out=out) if out is not None else np.stack(frames)
-        if self.planned:
-            rng = random.Random((self.seed * 1_000_003 + epoch) * 2**40 + index)
-            plan = self.transform.plan(width, height, rng)
-            done = [
-                apply_plan(frame, plan, out=None if out is None else out[t])
-                for t, frame in enumerate(frames)
-            ]
-            return out if out is not None else np.stack(done)
         from PIL import Image
 
         started, cpu_started = time.perf_counter(), time.thread_time()
@@ -182,6 +181,30 @@ class SampleDecoder:
         if all(isinstance(x, np.ndarray) and x.shape == done[0].shape for x in done):
             return np.stack(done)
         return done
+
+    def _planned_clip(
+        self, index: int, epoch: int, clip: ClipPackets, data: bytes, out: np.ndarray | None
+    ) -> np.ndarray:
+        """A clip through a built-in transform: one crop planned for the clip on the full
+        frame; frames converted to RGB already shrunk by the whole factor the crop leaves
+        room for (as a JPEG decodes at a DCT scale), then cropped and resized."""
+        rng = random.Random((self.seed * 1_000_003 + epoch) * 2**40 + index)
+        plan = self.transform.plan(clip.width, clip.height, rng)
+        left, top, box_w, box_h = plan.box
+        out_h, out_w = plan.size
+        shrink = max(1, int(min(box_w / out_w, box_h / out_h)))
+        size = (max(1, round(clip.width / shrink)), max(1, round(clip.height / shrink)))
+        try:
+            frames = decode_clip(clip, data, size=None if shrink == 1 else size)
+        except VideoError as exc:
+            raise ValueError(str(exc)) from exc
+        fx, fy = size[0] / clip.width, size[1] / clip.height
+        scaled = replace(plan, box=(left * fx, top * fy, box_w * fx, box_h * fy))
+        done = [
+            apply_plan(frame, scaled, out=None if out is None else out[t])
+            for t, frame in enumerate(frames)
+        ]
+        return out if out is not None else np.stack(done)
 
     def _window(
         self,

@@ -3,7 +3,8 @@
 Each unit is a clip (:mod:`stoker.pipeline.clips`): the bytes from the keyframe before its
 first frame to the last packet its frames need, read with one ranged GET from the video's
 shard (clips of one shard whose byte runs overlap or touch share one), and decoded by the
-decode threads or processes from those packets alone (:func:`stoker.format.video.decode_clip`).
+decode threads or processes from those packets alone
+(:func:`stoker.format.video_decode.decode_clip`).
 A unit carries ``key`` (the video's), ``label``, ``first_frame`` and ``timestamps`` (each
 frame's, in seconds), and its ``clip`` for the decoder, which gives ``image`` as
 ``(T, H, W, 3)`` uint8, all frames with the clip's one augmentation.
@@ -21,7 +22,8 @@ import numpy as np
 
 from stoker.errors import ShardFormatError
 from stoker.format.reader import ShardDataset
-from stoker.format.video import ClipPackets, VideoError, VideoIndex
+from stoker.format.video import VideoError, VideoIndex
+from stoker.format.video_decode import ClipPackets
 from stoker.format.video_table import MAX_VIDEOS_BYTES, VideoTable
 from stoker.pipeline.batcher import Batcher, BatcherSettings
 from stoker.pipeline.batching import BatchAssembler

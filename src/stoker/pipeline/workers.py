@@ -313,7 +313,7 @@ class ProcessDecoder:
 def _byte_fields(fields: dict[str, Any]) -> dict[str, Any]:
     """What a worker needs of a unit: its byte fields (and its members'), its label,
     which tells whether a ``cls`` member is the label (see :func:`decode_fields`), and a
-    clip's packets (:class:`~stoker.format.video.ClipPackets`: arrays and names)."""
+    clip's packets (:class:`~stoker.format.video_decode.ClipPackets`: arrays and names)."""
     out: dict[str, Any] = {
         k: bytes(v) for k, v in fields.items() if isinstance(v, bytes | memoryview)
     }
