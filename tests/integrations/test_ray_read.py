@@ -344,3 +344,30 @@ def test_a_parquet_table_read_in_place_gives_the_loaders_epoch(
         assert by_key[key]["txt"] == batch["txt"][n]
         assert by_key[key]["label"] == int(batch["label"][n])
         assert by_key[key]["image"].shape == batch["image"][n].shape == (24, 24, 3)
+
+
+@pytest.mark.usefixtures("cluster")
+def test_video_clips_read_as_the_loaders_epoch(
+    bucket: tuple[str, dict[str, Any]], tmp_path: Path
+) -> None:
+    pytest.importorskip("av")
+    from stoker import SourceConfig, VideoConfig
+    from stoker.testing.videos import make_video
+
+    for n in range(3):
+        path = tmp_path / "in" / f"c{n % 2}" / f"v{n}.mp4"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(make_video(frames=18, gop=6, photo=n))
+    url = f"{bucket[0]}/videos"
+    pack(tmp_path / "in", url, storage_options=bucket[1])
+    source = SourceConfig(url, video=VideoConfig(frames=4, clips_per_video=2))
+    rows = ray_read.read_dataset(source, seed=1, storage_options=bucket[1]).take_all()
+    with Loader(source, batch_size=2, seed=1, storage_options=bucket[1]) as loader:
+        clips = {
+            (key, int(b["first_frame"][n])): b["image"][n]
+            for b in loader
+            for n, key in enumerate(b["key"])
+        }
+    assert len(rows) == len(clips) == 6
+    for row in rows:
+        np.testing.assert_array_equal(row["image"], clips[(row["key"], int(row["first_frame"]))])

@@ -157,6 +157,39 @@ class ClipPackets:
         return clip, start, end
 
 
+def clip_row(clip: ClipPackets) -> dict[str, Any]:
+    """``clip`` as plain values (ints, lists of ints, bytes, strings), for a table column
+    that carries it to another process (Ray's blocks)."""
+    return {
+        "codec": clip.codec,
+        "extradata": clip.extradata,
+        "offset": clip.offset.tolist(),
+        "size": clip.size.tolist(),
+        "pts": clip.pts.tolist(),
+        "wanted": clip.wanted.tolist(),
+        "where": clip.where,
+        "width": clip.width,
+        "height": clip.height,
+        "device": clip.device,
+    }
+
+
+def clip_from_row(row: dict[str, Any]) -> ClipPackets:
+    """The clip :func:`clip_row` made ``row`` of."""
+    arrays = {
+        name: np.asarray(row[name], dtype=np.int64) for name in ("offset", "size", "pts", "wanted")
+    }
+    return ClipPackets(
+        codec=str(row["codec"]),
+        extradata=bytes(row["extradata"]),
+        where=str(row["where"]),
+        width=int(row["width"]),
+        height=int(row["height"]),
+        device=str(row["device"]),
+        **arrays,
+    )
+
+
 def _hardware(av: Any, device: str) -> Any:
     """The hardware decoder of ``device`` for this process, or None for the CPU: where
     the device cannot decode (no GPU, no driver, an FFmpeg without it), one warning and

@@ -115,8 +115,10 @@ def read_dataset(
     Args:
         source: URL or local path of a packed dataset, or of a Parquet file or folder read
             in place (``SourceConfig(url, columns=[...])`` to read some of its columns; see
-            :mod:`stoker.pipeline.parquet_source`). An unpacked image folder, a mix,
-            windows and token sequences are refused.
+            :mod:`stoker.pipeline.parquet_source`), or ``SourceConfig(url,
+            video=VideoConfig(...))``: clips of a packed dataset's videos, a row a clip
+            (``image`` ``(T, H, W, 3)``, ``first_frame``, ``timestamps``). An unpacked
+            image folder, a mix, windows and token sequences are refused.
         seed: Seed of the order and of the augmentations.
         epoch: The epoch whose order (and crops) the dataset delivers.
         epochs: Epochs the dataset holds, from ``epoch`` on, one after the other.
@@ -148,7 +150,7 @@ def read_dataset(
     opened = _open(config, options)
     epochs_held = range(epoch, epoch + epochs)
     settings, orders = _plan(opened, order, seed, epochs_held, transform, decode)
-    where = Where(opened.url, options, fingerprint(opened), _columns(config))
+    where = Where(opened.url, options, fingerprint(opened), _columns(config), config.video)
     datasource = StokerDatasource(opened, where, orders, groups_per_task=groups_per_task)
     groups = sum(order.groups for order in orders.values())
     # As many blocks as read tasks: Ray otherwise splits each task's output to reach its own

@@ -15,8 +15,9 @@ import numpy as np
 
 from stoker.core.metrics import Stages
 from stoker.format.reader import ShardDataset, member_entry, member_extension
+from stoker.format.video_decode import clip_from_row, clip_row
 from stoker.pipeline.batcher import BatcherSettings
-from stoker.pipeline.batching import BatchAssembler
+from stoker.pipeline.clips import VideoConfig
 from stoker.pipeline.config import SAMPLE_PAGE_BYTES, DecodeConfig, SourceConfig
 from stoker.pipeline.source import Source
 from stoker.pipeline.sources import open_source
@@ -40,10 +41,11 @@ MEMBER_PREFIX = "member:"
 
 
 class Where:
-    """Where a worker finds the data: its URL, the columns read (a Parquet table's), the
-    storage options and the fingerprint of what the driver planned from."""
+    """Where a worker finds the data: its URL, the columns read (a Parquet table's) or
+    the clips (a dataset of videos'), the storage options and the fingerprint of what the
+    driver planned from."""
 
-    __slots__ = ("columns", "fingerprint", "storage_options", "url")
+    __slots__ = ("columns", "fingerprint", "storage_options", "url", "video")
 
     def __init__(
         self,
@@ -51,25 +53,27 @@ class Where:
         storage_options: dict[str, Any],
         fingerprint: str,
         columns: tuple[str, ...] | None = None,
+        video: VideoConfig | None = None,
     ) -> None:
         self.url = url
         self.storage_options = storage_options
         self.fingerprint = fingerprint
         self.columns = columns
+        self.video = video
 
-    def __getstate__(self) -> tuple[str, dict[str, Any], str, tuple[str, ...] | None]:
-        return self.url, self.storage_options, self.fingerprint, self.columns
+    def __getstate__(self) -> tuple[Any, ...]:
+        return self.url, self.storage_options, self.fingerprint, self.columns, self.video
 
-    def __setstate__(self, state: tuple[str, dict[str, Any], str, tuple[str, ...] | None]) -> None:
-        self.url, self.storage_options, self.fingerprint, self.columns = state
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
+        self.url, self.storage_options, self.fingerprint, self.columns, self.video = state
 
-    def key(self) -> tuple[str, str, str, str]:
+    def key(self) -> tuple[str, str, str, str, str]:
         options = repr(sorted(self.storage_options.items()))
-        return self.url, options, self.fingerprint, repr(self.columns)
+        return self.url, options, self.fingerprint, repr(self.columns), repr(self.video)
 
     def open(self) -> Source:
         """The source at this place, opened as the driver opened it."""
-        config = SourceConfig(self.url, columns=self.columns)
+        config = SourceConfig(self.url, columns=self.columns, video=self.video)
         return open_source(
             config, storage_options=self.storage_options, cache=None, page_bytes=SAMPLE_PAGE_BYTES
         )
@@ -92,7 +96,7 @@ def fingerprint(source: Source) -> str:
 
 # One opened dataset per worker process and location: a task's ids index into it, so it
 # is opened (its index read) once per process rather than once per read group.
-_OPENED: dict[tuple[str, str, str, str], Source] = {}
+_OPENED: dict[tuple[str, str, str, str, str], Source] = {}
 _OPENING = threading.Lock()
 
 
@@ -125,7 +129,7 @@ class GroupRead:
     ) -> None:
         self.where = where
         self.groups = [(epoch, np.asarray(ids, dtype=np.int64)) for epoch, ids in groups]
-        self.members = members
+        self.members = members if where.video is None else ()  # clips carry their bytes
 
     def __call__(self) -> Iterator[Any]:
         source = worker_source(self.where)
@@ -157,7 +161,19 @@ def raw_block(
     for name in names:
         entry = member_entry(name)
         columns[MEMBER_PREFIX + name] = pa.array([s.get(entry) for s in samples], type=pa.binary())
+    if any("clip" in s for s in samples):  # a video's clips: packets, bytes and times
+        columns.update(_clip_columns(samples))
     return pa.table(columns)
+
+
+def _clip_columns(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    rows = [clip_row(s["clip"]) if "clip" in s else None for s in samples]
+    return {
+        "clip": pa.array(rows),
+        "clip_bytes": pa.array([s.get("clip_bytes") for s in samples], type=pa.binary()),
+        "first_frame": pa.array([int(s["first_frame"]) for s in samples], type=pa.int64()),
+        "timestamps": pa.array([np.asarray(s["timestamps"]).tolist() for s in samples]),
+    }
 
 
 def decode_block(
@@ -170,14 +186,15 @@ def decode_block(
     epochs = block.column("epoch").to_numpy()
     cuts = [0, *(np.flatnonzero(np.diff(epochs)) + 1).tolist(), len(epochs)]
     source = worker_source(where)
-    assembler = BatchAssembler.for_source(
-        source,
+    assembler = source.make_batcher(
         BatcherSettings(transform=transform, seed=seed, decode=decode, stages=Stages(), threads=1),
     )
+    workers = assembler.workers
     skipped: list[tuple[str, str]] = []
     tables = []
     try:
-        assembler.start_workers(batch_size=block.num_rows, depth=1)
+        if workers is not None:
+            workers.start_workers(batch_size=block.num_rows, depth=1)
         for begin, end in itertools.pairwise(cuts):
             part = block.slice(begin, end - begin)
             ids, raw = part.column("index").to_numpy(), raw_samples(part)
@@ -186,7 +203,8 @@ def decode_block(
             batch["epoch"] = np.full(len(batch["index"]), epoch, dtype=np.int64)
             tables.append(batch_table(batch))
     finally:
-        assembler.close()
+        if workers is not None:
+            workers.close()
     for key, reason in skipped:
         logger.warning("%s: sample %r skipped: %s", where.url, key, reason)
     return tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="default")
@@ -203,6 +221,15 @@ def raw_samples(block: Any) -> list[dict[str, Any]]:
         else {"key": key, "label": label, "error": error}
         for key, label, error in zip(keys, labels, errors, strict=True)
     ]
+    if "clip" in block.column_names:
+        clips = block.column("clip").to_pylist()
+        data = block.column("clip_bytes").to_pylist()
+        firsts = block.column("first_frame").to_pylist()
+        times = block.column("timestamps").to_pylist()
+        for sample, clip, blob, first, seconds in zip(raw, clips, data, firsts, times, strict=True):
+            sample.update(first_frame=np.int64(first), timestamps=np.asarray(seconds))
+            if clip is not None:
+                sample.update(clip=clip_from_row(clip), clip_bytes=blob)
     for name in block.column_names:
         if name.startswith(MEMBER_PREFIX):
             member = member_entry(name[len(MEMBER_PREFIX) :])
