@@ -234,3 +234,30 @@ def test_read_groups_of_large_row_groups_hold_one_or_a_few(tmp_path: Any) -> Non
     group_bytes = order.blocks * order.group_blocks * unit_bytes
     assert group_bytes <= GROUP_TARGET_BYTES * 1.01  # not 16 row groups (64 MB) a group
     assert order.group_blocks >= 1
+
+
+@pytest.mark.parametrize(
+    ("pattern", "files"),
+    [
+        ("data/train-0000[02]-of-00003.parquet", (0, 2)),
+        ("data/train-*.parquet", (0, 1, 2)),
+        ("**/train-00001-*.parquet", (1,)),
+    ],
+)
+def test_a_glob_reads_the_files_it_matches(hf_bucket: Any, pattern: str, files: Any) -> None:
+    url, options, tables = hf_bucket
+    bucket = url.removesuffix("/data")
+    with Loader(f"{bucket}/{pattern}", batch_size=8, storage_options=options) as loader:
+        # Keys name each file from the pattern's fixed folder: the bucket, for **/...
+        keys = sorted(k.removeprefix("data/") for b in loader for k in b["key"])
+    assert keys == sorted(k for k in _expected(tables) if int(k.split("-")[1]) in files)
+
+
+def test_a_glob_that_matches_nothing_or_names_a_bucket_is_refused(hf_bucket: Any) -> None:
+    from stoker.errors import SourceError
+
+    url, options, _ = hf_bucket
+    with pytest.raises(SourceError, match=r"test-\*\.parquet: no \.parquet files found"):
+        Loader(f"{url}/test-*.parquet", batch_size=8, storage_options=options)
+    with pytest.raises(SourceError, match="a pattern must come after the bucket's name"):
+        Loader("s3://nobucket*/x.parquet", batch_size=8, storage_options=options)

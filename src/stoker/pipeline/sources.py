@@ -30,6 +30,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from stoker.errors import BucketNotFoundError, SourceError
+from stoker.format.foreign.walk import GLOB_CHARACTERS
 from stoker.format.reader import ShardDataset, open_dataset
 from stoker.format.sidetable import SideTable, open_side_table
 from stoker.pipeline.config import BLOCK_PAGE_BYTES, CacheConfig, SourceConfig
@@ -98,6 +99,8 @@ def open_source(
     ) and config.video is None
     node = cache.dir if cache is not None else None  # the index is fetched once per node
     if plain and isinstance(location, str | os.PathLike):
+        if GLOB_CHARACTERS & set(str(location)):  # files a pattern matches: no index
+            return _in_place(str(location), config, storage_options, cache, page_bytes)
         try:
             packed = open_dataset(location, storage_options=storage_options, cache_dir=node)
         except BucketNotFoundError:
@@ -233,8 +236,9 @@ def _in_place(
     cache: CacheConfig | None,
     page_bytes: int,
 ) -> Source:
-    """What is read where it lies, with no index: Parquet (a ``.parquet`` location, or
-    ``columns`` given, or a folder of Parquet files and no images) or an image folder."""
+    """What is read where it lies, with no index: Parquet (a ``.parquet`` location, a
+    pattern such as ``train-*.parquet``, ``columns`` given, or a folder of Parquet files
+    and no images) or an image folder."""
     from stoker.format.foreign.locations import LocationReader
     from stoker.format.foreign.parquet_files import PARQUET_SUFFIX, ParquetFiles
     from stoker.pipeline.folder import open_folder  # only for unpacked folders
@@ -246,7 +250,8 @@ def _in_place(
             location, storage_options=storage_options, columns=config.columns, cache_dir=cache_dir
         )
 
-    if location.lower().endswith(PARQUET_SUFFIX) or config.columns is not None:
+    pattern = GLOB_CHARACTERS & set(location)  # a pattern names files: Parquet's
+    if location.lower().endswith(PARQUET_SUFFIX) or config.columns is not None or pattern:
         return parquet()
     try:
         return open_folder(

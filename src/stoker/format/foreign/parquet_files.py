@@ -19,7 +19,7 @@ from stoker.errors import SourceError
 from stoker.format.foreign.columns import import_pyarrow
 from stoker.format.foreign.locations import LocationReader, ObjectFile, is_remote
 from stoker.format.foreign.parquet_footers import footer_metadata
-from stoker.format.foreign.walk import hidden, say_left_out, walk_local
+from stoker.format.foreign.walk import glob_match, hidden, say_left_out, split_glob, walk_local
 from stoker.storage import Store, open_store, parse_url
 from stoker.storage.base import key_problem
 from stoker.storage.cache import DiskCache
@@ -71,7 +71,9 @@ class ParquetFiles:
     """The Parquet files at ``location``, listed and opened once.
 
     Args:
-        location: A ``.parquet`` file or object, or a folder or bucket prefix of them.
+        location: A ``.parquet`` file or object, a folder or bucket prefix of them, or a
+            pattern of them (``s3://b/data/train-*.parquet``, ``data/**/*.parquet``:
+            :func:`~stoker.format.foreign.walk.glob_match`).
         locations: The reader of the stores objects are read through (its counters count
             the requests).
         cache: The node's disk cache: a bucket's listing and footers are read once for the
@@ -82,7 +84,12 @@ class ParquetFiles:
     def __init__(
         self, location: str, locations: LocationReader, *, cache: DiskCache | None = None
     ) -> None:
-        self._location = location.rstrip("/")
+        try:
+            root, self._pattern = split_glob(location.rstrip("/"))
+        except ValueError as exc:
+            raise SourceError(str(exc)) from None
+        self._given = location.rstrip("/")
+        self._location = root.rstrip("/") or root
         self._locations = locations
         self._cache = cache
         #: location -> (store root URL, key, size) of each file in a bucket.
@@ -119,8 +126,15 @@ class ParquetFiles:
 
     @property
     def location(self) -> str:
-        """The file, folder or prefix read."""
+        """The file, folder or prefix read (listed, for a pattern)."""
         return self._location
+
+    def _wanted(self, relative: str) -> bool:
+        """Whether a listed name is one of the files: a ``.parquet`` one matching the
+        pattern, if any."""
+        if not relative.lower().endswith(PARQUET_SUFFIX):
+            return False
+        return self._pattern is None or glob_match(relative, self._pattern)
 
     def store(self) -> Store:
         """The store the files are read through: a bucket's (its counters count every
@@ -140,7 +154,7 @@ class ParquetFiles:
             else:
                 found = self._list_remote_once(self._cache)
             if not found:
-                raise SourceError(f"{self._location}: no {PARQUET_SUFFIX} files found")
+                raise SourceError(f"{self._given}: no {PARQUET_SUFFIX} files found")
             _warn_of_splits(self._location, [name for _, name in found])
             self._found = found
         return self._found
@@ -183,7 +197,7 @@ class ParquetFiles:
             rows = [[at, name, *self._objects[at], self._etags.get(at)] for at, name in found]
             return json.dumps(rows).encode()
 
-        rows = json.loads(fetch_once(cache, f"parquet-listing\0{self._location}", listing))
+        rows = json.loads(fetch_once(cache, f"parquet-listing\0{self._given}", listing))
         for at, _, root, key, size, etag in rows:
             self._objects[at] = (root, key, int(size))
             self._etags[at] = etag
@@ -191,7 +205,7 @@ class ParquetFiles:
 
     def _list_local(self) -> list[tuple[str, str]]:
         root = Path(self._location.removeprefix("file://"))
-        if root.is_file():
+        if root.is_file() and self._pattern is None:
             return [(str(root), root.name)]
         if not root.is_dir():
             raise SourceError(f"{root}: no such file or directory")
@@ -199,13 +213,13 @@ class ParquetFiles:
         found = [
             (str(path), relative)
             for path, relative in walk_local(root, left_out)
-            if relative.lower().endswith(PARQUET_SUFFIX)
+            if self._wanted(relative)
         ]
         say_left_out(logger, str(root), left_out)
         return sorted(found, key=lambda item: item[1])
 
     def _list_remote(self) -> list[tuple[str, str]]:
-        if self._location.lower().endswith(PARQUET_SUFFIX):
+        if self._pattern is None and self._location.lower().endswith(PARQUET_SUFFIX):
             store, key = self._locations.store_for(self._location)
             try:
                 size = store.head(key).size
@@ -223,7 +237,7 @@ class ParquetFiles:
             if hidden(meta.key):
                 left_out.append(meta.key)
                 continue
-            if not meta.key.lower().endswith(PARQUET_SUFFIX):
+            if not self._wanted(meta.key):
                 continue
             problem = key_problem(meta.key)
             if problem is not None:

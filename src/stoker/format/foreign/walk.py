@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Iterator
+from fnmatch import fnmatchcase
 from pathlib import Path
 
 from stoker.storage.files import regular_file_size
@@ -94,3 +95,40 @@ def regular_files(
             problems.append({"key": relative, "source": str(path), "reason": reason})
     say_left_out(logger, str(root), left_out)
     return found
+
+
+#: Characters that make a location's segment a pattern (``train-*.parquet``).
+GLOB_CHARACTERS = frozenset("*?[")
+
+
+def split_glob(location: str) -> tuple[str, str | None]:
+    """``location`` cut at its first segment holding a pattern: the folder or prefix to
+    list, and the pattern its relative names must match (None: no pattern).
+
+    Raises:
+        ValueError: A pattern in a bucket's name.
+    """
+    parts = location.split("/")
+    for n, part in enumerate(parts):
+        if GLOB_CHARACTERS & set(part):
+            if "://" in location and n < 3:  # scheme://bucket: no pattern in the bucket
+                raise ValueError(f"{location}: a pattern must come after the bucket's name")
+            root = "/".join(parts[:n]) or ("/" if location.startswith("/") else ".")
+            return root, "/".join(parts[n:])
+    return location, None
+
+
+def glob_match(relative: str, pattern: str) -> bool:
+    """Whether ``relative`` (a ``/``-separated name under the listed folder) matches
+    ``pattern``: segment by segment, ``*``, ``?`` and ``[...]`` within one segment (as a
+    shell's), ``**`` any number of whole segments."""
+    names, parts = relative.split("/"), pattern.split("/")
+
+    def match(i: int, j: int) -> bool:
+        if j == len(parts):
+            return i == len(names)
+        if parts[j] == "**":
+            return any(match(k, j + 1) for k in range(i, len(names) + 1))
+        return i < len(names) and fnmatchcase(names[i], parts[j]) and match(i + 1, j + 1)
+
+    return match(0, 0)
