@@ -261,3 +261,20 @@ def test_a_glob_that_matches_nothing_or_names_a_bucket_is_refused(hf_bucket: Any
         Loader(f"{url}/test-*.parquet", batch_size=8, storage_options=options)
     with pytest.raises(SourceError, match="a pattern must come after the bucket's name"):
         Loader("s3://nobucket*/x.parquet", batch_size=8, storage_options=options)
+
+
+def test_a_local_file_streams_and_ragged_lists_pad_with_their_lengths(tmp_path: Any) -> None:
+    from stoker.pipeline.config import DecodeConfig
+    from stoker.pipeline.fields import FieldsConfig
+    from stoker.pipeline.order import OrderConfig
+
+    path = tmp_path / "ragged.parquet"
+    pq.write_table(pa.table({"tokens": [list(range(n % 4 + 1)) for n in range(6)]}), path)
+    fields = FieldsConfig(pad={"tokens.npy": -1})
+    with Loader(
+        str(path), batch_size=3, decode=DecodeConfig(fields=fields), order=OrderConfig(mode="none")
+    ) as loader:
+        batches = list(loader)
+    assert batches[0]["tokens.npy"].tolist() == [[0, -1, -1], [0, 1, -1], [0, 1, 2]]
+    assert batches[0]["tokens.npy_lengths"].tolist() == [1, 2, 3]
+    assert batches[1]["tokens.npy_lengths"].tolist() == [4, 1, 2]

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from stoker.errors import BucketNotFoundError, SourceError
@@ -99,7 +100,8 @@ def open_source(
     ) and config.video is None
     node = cache.dir if cache is not None else None  # the index is fetched once per node
     if plain and isinstance(location, str | os.PathLike):
-        if GLOB_CHARACTERS & set(str(location)):  # files a pattern matches: no index
+        # Files a pattern matches, or one local file (a .parquet): no index to look for.
+        if GLOB_CHARACTERS & set(str(location)) or _local_file(location):
             return _in_place(str(location), config, storage_options, cache, page_bytes)
         try:
             packed = open_dataset(location, storage_options=storage_options, cache_dir=node)
@@ -227,6 +229,12 @@ def _open_table(
     if disk is not None:
         store = cache_reads(store, disk)
     return open_side_table(store, key)
+
+
+def _local_file(location: str | os.PathLike[str]) -> bool:
+    """Whether ``location`` is a file on this machine (no dataset folder)."""
+    text = str(location).removeprefix("file://")
+    return "://" not in text and Path(text).is_file()
 
 
 def _in_place(
