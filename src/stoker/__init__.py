@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # what mypy and IDEs see; at run time __getattr__ imports on 
         StorageError,
         TransferError,
     )
+    from stoker.format.audio import AudioDecoder
     from stoker.format.reader import ShardDataset, open_dataset
     from stoker.pack.packer import PackConfig, PackReport, pack
     from stoker.pack.reencode import ImagePolicy
@@ -58,6 +59,7 @@ __version__ = "0.1.0"
 
 #: Where each public name lives: the module imported when the name is first used.
 _EXPORTS: dict[str, str] = {
+    "AudioDecoder": "stoker.format.audio",
     "AutotuneConfig": "stoker.pipeline.autotune",
     "CacheConfig": "stoker.pipeline.config",
     "CorruptShardError": "stoker.errors",
@@ -109,6 +111,7 @@ _EXPORTS: dict[str, str] = {
 }
 
 __all__ = [
+    "AudioDecoder",
     "AutotuneConfig",
     "CacheConfig",
     "CorruptShardError",
