@@ -415,20 +415,6 @@ def test_cuda_decode_equals_the_cpu_decode(videos: Any, caplog: pytest.LogCaptur
         assert np.abs(a["image"].astype(int) - b["image"].astype(int)).max() <= 2
 
 
-def test_loader_video_is_short_for_the_source_config(videos: Any) -> None:
-    url, options, frames = videos
-    video = VideoConfig(frames=2, clips_per_video=1)
-    with Loader(url, batch_size=8, video=video, storage_options=options) as loader:
-        short = sorted(_clips(loader), key=lambda c: c["key"])
-    with Loader(SourceConfig(url, video=video), batch_size=8, storage_options=options) as loader:
-        long = sorted(_clips(loader), key=lambda c: c["key"])
-    assert [c["key"] for c in short] == sorted(frames)
-    for a, b in zip(short, long, strict=True):
-        np.testing.assert_array_equal(a["image"], b["image"])
-    with pytest.raises(TypeError, match="video= takes a dataset URL or a SourceConfig"):
-        Loader(object(), batch_size=2, video=video)  # type: ignore[arg-type]
-
-
 def test_pack_re_encodes_videos_once_when_asked(tmp_path: Path) -> None:
     from stoker.pack.config import PackConfig
     from stoker.pack.video_reencode import VideoPolicy

@@ -179,7 +179,7 @@ def pack_command(
     other input or arguments it is refused, naming what differs). Every image is checked as
     training will decode it; every video (.mp4, .mkv, .webm, .mov) is stored as it is,
     unless --resize, --max-side or --fps re-encode it, with a seek index that lets a clip
-    be read alone (Loader(url, video=VideoConfig(...))). DST_URL may not lie inside an
+    be read alone (SourceConfig(url, video=VideoConfig(...))). DST_URL may not lie inside an
     input folder, and must be empty unless it holds that pack: anything else there is
     named and nothing is written.
 

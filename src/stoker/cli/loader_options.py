@@ -102,12 +102,13 @@ def open_loader(
     """The Loader the command's options describe (``transform_kind`` None: no transform);
     over a dataset of videos, clips of :data:`CLIP_FRAMES` frames (a video shorter than
     that padded with its last frame)."""
-    from stoker.pipeline.config import CacheConfig, DecodeConfig
+    from stoker.pipeline.config import CacheConfig, DecodeConfig, SourceConfig
     from stoker.pipeline.loader import Loader
     from stoker.pipeline.order import OrderConfig
 
+    clips = _clips_of(ctx, url)
     return Loader(
-        url,
+        url if clips is None else SourceConfig(url, video=clips),
         batch_size=batch_size,
         seed=seed,
         transform=_transform(transform_kind, size) if transform_kind else None,
@@ -116,7 +117,6 @@ def open_loader(
         prefetch=prefetch or "auto",
         cache=CacheConfig(dir=cache_dir),
         storage_options=_storage(ctx),
-        video=_clips_of(ctx, url),
     )
 
 

@@ -115,10 +115,8 @@ def read_dataset(
     Args:
         source: URL or local path of a packed dataset, or of a Parquet file or folder read
             in place (``SourceConfig(url, columns=[...])`` to read some of its columns; see
-            :mod:`stoker.pipeline.parquet_source`), or ``SourceConfig(url,
-            video=VideoConfig(...))``: clips of a packed dataset's videos, a row a clip
-            (``image`` ``(T, H, W, 3)``, ``first_frame``, ``timestamps``). An unpacked
-            image folder, a mix, windows and token sequences are refused.
+            :mod:`stoker.pipeline.parquet_source`), or ``SourceConfig(url, video=...)``
+            (a row a clip). Unpacked folders, mixes, windows and tokens are refused.
         seed: Seed of the order and of the augmentations.
         epoch: The epoch whose order (and crops) the dataset delivers.
         epochs: Epochs the dataset holds, from ``epoch`` on, one after the other.

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Literal, TypedDict, TypeVar
 
 from stoker.core.checks import check_choice, check_instance, check_int, shown
@@ -221,20 +221,6 @@ class SourceConfig:
             raise ValueError("side tables go with a single dataset")
 
 
-def with_video(source: Any, video: VideoConfig) -> SourceConfig:
-    """``source`` (a dataset URL, path, opened dataset or :class:`SourceConfig`) read as
-    clips of its videos.
-
-    Raises:
-        TypeError: A source that is already a prebuilt source object.
-    """
-    if isinstance(source, SourceConfig):
-        return replace(source, video=video)
-    if isinstance(source, str | os.PathLike | ShardDataset):
-        return SourceConfig(source, video=video)
-    raise TypeError(f"video= takes a dataset URL or a SourceConfig, not {type(source).__name__}")
-
-
 def check_loader_arguments(
     *, batch_size: object, prefetch: object, transform: object = None
 ) -> None:
@@ -292,7 +278,6 @@ class LoaderOptions(TypedDict, total=False):
     autotune: AutotuneConfig | None
     cache: CacheConfig | None
     storage_options: Mapping[str, Any] | None
-    video: VideoConfig | None
 
 
 class AdapterOptions(LoaderOptions, total=False):

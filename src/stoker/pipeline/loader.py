@@ -25,7 +25,6 @@ from typing import Any, Literal
 from stoker.core.metrics import Stage, Stages, TraceEvent
 from stoker.pipeline.autotune import AutotuneConfig, Autotuner, default_threads
 from stoker.pipeline.batcher import BatcherSettings
-from stoker.pipeline.clips import VideoConfig
 from stoker.pipeline.config import (
     BLOCK_PAGE_BYTES,
     SAMPLE_PAGE_BYTES,
@@ -33,7 +32,6 @@ from stoker.pipeline.config import (
     DecodeConfig,
     check_loader_arguments,
     config_or_default,
-    with_video,
 )
 from stoker.pipeline.epoch_run import EpochRun
 from stoker.pipeline.mixing import SourceShare
@@ -105,7 +103,6 @@ class Loader:
         cache: A node-local disk cache and an in-memory cache
             (:class:`~stoker.pipeline.config.CacheConfig`).
         storage_options: See :func:`stoker.open_store`.
-        video: Units are clips of its videos (``SourceConfig(source, video=video)``).
 
     Attributes:
         read_ahead: Whether an epoch's end starts the next epoch (true): its first read
@@ -135,9 +132,7 @@ class Loader:
         autotune: AutotuneConfig | None = None,
         cache: CacheConfig | None = None,
         storage_options: Mapping[str, Any] | None = None,
-        video: VideoConfig | None = None,
     ) -> None:
-        source = source if video is None else with_video(source, video)
         check_loader_arguments(batch_size=batch_size, prefetch=prefetch, transform=transform)
         order = config_or_default("order", order, OrderConfig)
         decode = config_or_default("decode", decode, DecodeConfig)
