@@ -90,6 +90,10 @@ def test_show_and_bench_read_a_parquet_table_in_place(
     shown = runner.invoke(cli, ["show", url, "--out", str(tmp_path / "grid.png")])
     assert shown.exit_code == 0, shown.output
     assert (tmp_path / "grid.png").stat().st_size > 0
-    timed = runner.invoke(cli, ["bench", url, "--batches", "2", "--batch-size", "4"])
+    timed = runner.invoke(cli, ["bench", url, "--batches", "2", "--batch-size", "4", "--json"])
     assert timed.exit_code == 0, timed.output
-    assert "samples in" in timed.output
+    report = json.loads(timed.output)
+    assert report["samples"] == 8
+    # The order of 4 row groups of 5 rows, shuffled: neighbours apart, batches over groups.
+    assert report["shuffle"]["mean_neighbour_distance"] > 0
+    assert report["shuffle"]["mean_shards_per_batch"] >= 1

@@ -310,5 +310,9 @@ def _order_model(loader: Loader) -> tuple[list[int], Any]:
     source, dataset = loader.source, loader.dataset
     if source.one_get_per_unit:  # an unpacked folder: one object per read, blocks of one
         return [source.units()], FolderSource.order_for(loader.order_config)
-    sizes = [s.samples for s in dataset.shards] if isinstance(dataset, ShardDataset) else []
+    # The units in each block-bounding group of the source's own order: a Parquet table's
+    # row groups, the clips of each shard; else the packed dataset's shards.
+    sizes: list[int] = list(getattr(source, "shard_sizes", None) or [])
+    if not sizes and isinstance(dataset, ShardDataset):
+        sizes = [s.samples for s in dataset.shards]
     return sizes, loader.order_config
