@@ -46,3 +46,14 @@ def test_bench_and_doctor_read_clips(packed: Path, command: list[str], tmp_path:
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
     assert "samples" in result.output or "images/s" in result.output
+
+
+def test_pack_says_it_read_videos(tmp_path: Path) -> None:
+    folder = tmp_path / "in" / "a"
+    folder.mkdir(parents=True)
+    (folder / "v.mp4").write_bytes(make_video(frames=12))
+    (folder / "p.webm").write_bytes(make_video(frames=12, codec="libvpx-vp9"))
+    result = CliRunner().invoke(cli, ["pack", str(tmp_path / "in"), str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    assert "video folder" in result.output
+    assert "(2 videos)" in result.output

@@ -65,6 +65,7 @@ class ImageFolderReader:
         self._files = LocationReader(storage_options)
         self._class_names: list[str] = []
         self._count = 0
+        self._videos = 0
         self.problems: list[dict[str, str]] = []
         #: ETag of each listed object of a bucket, by key relative to the folder.
         self.etags: dict[str, str | None] = {}
@@ -73,7 +74,14 @@ class ImageFolderReader:
 
     @property
     def description(self) -> str:
-        return f"image folder {self._location} ({self._count:,} images)"
+        if not self._videos:
+            return f"image folder {self._location} ({self._count:,} images)"
+        images = self._count - self._videos
+        return (
+            f"image folder {self._location} ({images:,} images, {self._videos:,} videos)"
+            if images
+            else f"video folder {self._location} ({self._videos:,} videos)"
+        )
 
     @property
     def class_names(self) -> Sequence[str]:
@@ -114,6 +122,7 @@ class ImageFolderReader:
             label = label_of[rel.split("/", 1)[0]] if "/" in rel else -1
             refs.append(SampleRef(key=key, location=location, size=size, label=label))
         self._count = len(refs)
+        self._videos = sum(r.location.lower().endswith(VIDEO_EXTENSIONS) for r in refs)
         return refs
 
     def _list_local(self) -> tuple[list[tuple[str, int]], list[str]]:
