@@ -196,6 +196,7 @@ class TorchLoader:
             "batches": point.position,
             "segments": [[s.world_size, s.consumed] for s in point.segments],
             "skipped": int(state.get("skipped", 0)),
+            **({"mix": state["mix"]} if "mix" in state else {}),  # each source's place
         }
 
     # -- observe -------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from stoker.pipeline.config import (
 )
 from stoker.pipeline.dataset_source import packed_dataset
 from stoker.pipeline.loader import Loader
+from stoker.pipeline.mixed_source import bind_mix
 from stoker.pipeline.order import OrderConfig
 from stoker.pipeline.plan import Partition, loader_drop_last, resolve_order, resolve_seed
 from stoker.pipeline.source import Source
@@ -183,6 +184,7 @@ class StokerIterableDataset(IterableDataset[dict[str, Any]]):
         world = options.get("world") or World()
         drop_last = loader_drop_last(order, options.get("drop_last", False))
         partition = Partition(order, world, self.batch_size, drop_last)
+        bind_mix(source, world.world_size, self.batch_size)  # a schedule counts its steps
         return partition.batches(source.epoch_order(order, self.epoch))
 
     def fresh_state(self, epoch: int | None = None) -> dict[str, Any]:

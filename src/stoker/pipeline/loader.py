@@ -34,6 +34,8 @@ from stoker.pipeline.config import (
     config_or_default,
 )
 from stoker.pipeline.epoch_run import EpochRun
+from stoker.pipeline.loader_resume import resume_at
+from stoker.pipeline.mixed_source import bind_mix, mix_state
 from stoker.pipeline.mixing import SourceShare
 from stoker.pipeline.order import EpochOrder, OrderConfig, Segment
 from stoker.pipeline.plan import (
@@ -46,7 +48,6 @@ from stoker.pipeline.plan import (
     warn_if_small,
 )
 from stoker.pipeline.prefetch import Prefetcher
-from stoker.pipeline.resume import resume_point
 from stoker.pipeline.run_starter import Place, RunStarter
 from stoker.pipeline.skips import SkipBudget
 from stoker.pipeline.sources import SourceLike, mixed_order, open_source
@@ -156,6 +157,7 @@ class Loader:
         self.rank, self.world_size = self.world.rank, self.world.world_size
         self.drop_last = loader_drop_last(self.order_config, drop_last)
         self._partition = Partition(self.order_config, self.world, batch_size, self.drop_last)
+        bind_mix(self.source, self.world.world_size, batch_size)  # a schedule counts steps
         warn_if_small(units, world=self.world, batch_size=batch_size, url=self.source.url)
         self.num_threads = decode.threads if isinstance(decode.threads, int) else default_threads()
         # Read groups ahead: enough for two batches, at least two (past the window's `hold`).
@@ -243,7 +245,8 @@ class Loader:
     # -- state -----------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        """Where the run is: a few integers (``skipped``: the epoch's so far) and segments."""
+        """Where the run is: a few integers (``skipped``: the epoch's so far), segments, and
+        for a mix each source's place (``mix``, see :meth:`load_state_dict`)."""
         return {
             "epoch": self.epoch,
             "batches": self._position,
@@ -252,6 +255,7 @@ class Loader:
             "world_size": self.world.world_size,
             "segments": [[s.world_size, s.consumed] for s in self._segments],
             "skipped": self.skips.count_in(self.epoch),
+            **mix_state(self.source, self.order_config, self.epoch, self._position, self._segments),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -260,26 +264,26 @@ class Loader:
         With the same world size, the next batch is the one after the last delivered. With a
         different world size, the samples the old ranks consumed are removed from the epoch
         and the rest is partitioned over the new ranks: nothing repeated, nothing skipped.
+        A mix's state also holds each source's place (``mix``), so that a loader with other
+        weights, stages or sources goes on from them (:mod:`stoker.pipeline.mix_resume`).
         Not restored: samples fetched or decoded ahead but not delivered (they are fetched
         again) and the in-memory cache.
 
         Raises:
             TypeError: A field of the wrong type.
-            ValueError: A field missing, unknown, out of range or past the epoch's end, or
-                another seed or batch size than the loader's.
+            ValueError: A field missing, unknown, out of range or past the epoch's end,
+                another seed or batch size than the loader's, or a mix's place that cannot
+                be honoured (a source whose size changed, named).
         """
-        point = resume_point(
-            state,
-            seed=self.order_config.seed_value,
-            batch_size=self.batch_size,
-            world_size=self.world.world_size,
-            orders=self._order,
-            drop_last=self.drop_last,
-            exact=self.order_config.exact,
-        )
+        point = resume_at(self.source, state, self._partition, self._order, self._replanned)
         self.epoch, self._position, self._segments = point.epoch, point.position, point.segments
         self.skips.restart(point.epoch, int(state.get("skipped", 0)))  # its count goes on
         logger.info("resuming epoch %d at batch %d", point.epoch, point.position)
+
+    def _replanned(self) -> None:
+        """A resumed mix changed its orders: nothing planned or made ahead holds."""
+        self._orders = {}
+        self._runs.close()
 
     # -- observe ---------------------------------------------------------------------------
 

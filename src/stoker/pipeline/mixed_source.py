@@ -1,17 +1,21 @@
 """A mix of sources in one epoch (:class:`MixedSource`): several packed datasets, Parquet
 tables read in place, or token sources, in the proportions of a
-:class:`~stoker.pipeline.mixing.MixConfig`, each unit tagged with its ``source``."""
+:class:`~stoker.pipeline.mixing.MixConfig` (or along its schedule), each unit tagged with
+its ``source``; :mod:`.mix_epochs` says which order each epoch takes and what a Loader's
+state holds of the mix."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Protocol
 
 import numpy as np
 
 from stoker.pipeline.batcher import Batcher, BatcherSettings
+from stoker.pipeline.mix_epochs import MixEpochs, Resumed
+from stoker.pipeline.mix_resume import Member
 from stoker.pipeline.mixing import MixConfig, MixedOrder, mixed_epoch_order, source_counts
 from stoker.pipeline.order import EpochOrder, OrderConfig
 from stoker.pipeline.source import Source, SourceDataset
@@ -40,7 +44,8 @@ class MixedSource:
     ``source`` it came from. Every source uses the loader's order settings with its own
     block size (its blocks hold about as many bytes as the loader aims for). Token sources
     of one ``seq_len`` have units of equal tokens, so proportions of units are proportions
-    of tokens.
+    of tokens. A mix with stages plans its epochs for a world size and batch size
+    (:func:`bind_mix`).
 
     Args:
         sources: The sources, in the order of ``mix``'s weights or counts.
@@ -64,6 +69,12 @@ class MixedSource:
         sizes = [s.units() for s in self.sources]
         self._offsets = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)]).astype(np.int64)
         self._last: tuple[tuple[OrderConfig, int], MixedOrder] | None = None
+        members = [
+            Member(s.url, n, tuple(s.shard_sizes), b)
+            for s, n, b in zip(self.sources, sizes, self.block_sizes, strict=True)
+        ]
+        unit_bytes = [s.unit_bytes() for s in self.sources]
+        self.epochs = MixEpochs(members, unit_bytes, mix, self._static_order)
 
     @property
     def url(self) -> str:
@@ -83,12 +94,26 @@ class MixedSource:
         """The mixed epoch with each source's share (see :class:`MixedOrder`)."""
         if self._last is not None and self._last[0] == (config, epoch):
             return self._last[1]
-        orders = [replace(config, block_size=b) for b in self.block_sizes]
-        mixed = mixed_epoch_order(
-            [s.shard_sizes for s in self.sources], orders=orders, mix=self.mix, epoch=epoch
-        )
+        mixed = self.epochs.mixed_order(config, epoch)
         self._last = ((config, epoch), mixed)
         return mixed
+
+    def _static_order(self, config: OrderConfig, epoch: int) -> MixedOrder:
+        """Epoch ``epoch`` of the mix as a mix without stages draws it."""
+        orders = [replace(config, block_size=b) for b in self.block_sizes]
+        return mixed_epoch_order(
+            [s.shard_sizes for s in self.sources], orders=orders, mix=self.mix, epoch=epoch
+        )
+
+    def bind(self, world_size: int, batch_size: int) -> None:
+        """Plan epochs for ``world_size`` ranks of ``batch_size`` (see :func:`bind_mix`)."""
+        self._last = None
+        self.epochs.bind(world_size, batch_size)
+
+    def resume(self, state: Mapping[str, Any], config: OrderConfig) -> Resumed | None:
+        """Take up a state's ``"mix"`` entry (see :meth:`MixEpochs.resume`)."""
+        self._last = None
+        return self.epochs.resume(state, config)
 
     @property
     def cut_first_batch(self) -> bool:
@@ -160,6 +185,42 @@ def mixed_order(source: Source, config: OrderConfig, epoch: int) -> MixedOrder:
     if not isinstance(source, MixedSource):
         raise ValueError("mix_shares() needs a loader over several datasets with mix=")
     return source.mixed_order(config, epoch)
+
+
+def bind_mix(source: Source, world_size: int, batch_size: int) -> None:
+    """Have a mix (with stages, or resumed from one) plan its epochs for ``world_size``
+    ranks of ``batch_size`` batches; any other source is left as it is."""
+    if isinstance(source, MixedSource):
+        source.bind(world_size, batch_size)
+
+
+def mix_state(
+    source: Source, config: OrderConfig, epoch: int, batches: int, segments: Sequence[object]
+) -> dict[str, Any]:
+    """``{"mix": entry}`` for a Loader's state at batch ``batches`` of epoch ``epoch`` (after
+    ``segments`` run on earlier world sizes), or ``{}`` (no mix, or nothing to say). See
+    :mod:`stoker.pipeline.mix_resume`."""
+    if not isinstance(source, MixedSource):
+        return {}
+    entry = source.epochs.state_entry(config, epoch, batches, bool(segments))
+    return {} if entry is None else {"mix": entry}
+
+
+def resume_mix(source: Source, state: Mapping[str, Any], config: OrderConfig) -> Resumed | None:
+    """What a state's ``"mix"`` entry does to the Loader's epoch (see :class:`Resumed`), or
+    None where it does nothing.
+
+    Raises:
+        TypeError, ValueError: An entry that cannot be honoured, naming the source; an entry
+            for a loader that mixes nothing.
+    """
+    if not isinstance(source, MixedSource):
+        if state.get("mix") is not None:
+            raise ValueError(
+                "the state is a mix's (it has a 'mix' entry), but this loader mixes nothing"
+            )
+        return None
+    return source.resume(state, config)
 
 
 def mix_parts(source: Source) -> list[Source]:

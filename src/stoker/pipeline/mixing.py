@@ -37,6 +37,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from stoker.pipeline.mix_schedule import Stages, check_stages, check_weights
 from stoker.pipeline.order import EpochOrder, OrderConfig, epoch_order
 
 #: Folded into each source's seed, so sources with equal seeds still get unrelated orders.
@@ -47,7 +48,8 @@ _SOURCE_SALT = 0x6D6978
 class MixConfig:
     """How much of each source an epoch holds.
 
-    Give exactly one of ``weights`` and ``samples_per_epoch``.
+    Give exactly one of ``weights`` and ``samples_per_epoch`` (``stages`` alone, as a
+    callable, gives the weights too).
 
     With ``weights``, the epoch holds ``epoch_size`` samples if given; otherwise, without
     replacement, as many as possible until the first source runs out (the largest total
@@ -61,14 +63,25 @@ class MixConfig:
         replacement: Let a source give more samples than it holds, by repeating it
             (whole passes, each in a new order). Without it, a count above a source's
             size is an error and every sample appears at most once per epoch.
+        stages: A mixture schedule: ``((step, weights), ...)`` in increasing step order
+            (from batch step ``step`` on, the mix follows ``weights``; before the first,
+            ``weights``), or a callable ``step -> weights`` (then ``weights`` may be
+            left out: the callable's weights for step 0 are taken). Steps are a rank's
+            batches since the run began, over epochs. A mix with stages is drawn batch by
+            batch from each source's own stream, which goes on from epoch to epoch
+            (:mod:`stoker.pipeline.mix_positions`); ``stages=()`` draws so at constant
+            weights. A callable must be picklable to reach worker processes.
     """
 
     weights: tuple[float, ...] | None = None
     samples_per_epoch: tuple[int, ...] | None = None
     epoch_size: int | None = None
     replacement: bool = False
+    stages: Stages | None = None
 
     def __post_init__(self) -> None:
+        if self.stages is not None:
+            _check_schedule(self)
         if (self.weights is None) == (self.samples_per_epoch is None):
             raise ValueError("give exactly one of weights and samples_per_epoch")
         if self.weights is not None:
@@ -93,6 +106,22 @@ class MixConfig:
         """Number of sources the config is for."""
         given = self.weights if self.weights is not None else self.samples_per_epoch
         return len(given or ())
+
+    @property
+    def scheduled(self) -> bool:
+        """Whether the mix is drawn step by step from the sources' streams (``stages``)."""
+        return self.stages is not None
+
+
+def _check_schedule(mix: MixConfig) -> None:
+    """Check ``stages`` (and the weights they go with) and freeze them."""
+    if mix.samples_per_epoch is not None:
+        raise ValueError("stages change weights: give weights=..., not samples_per_epoch")
+    if mix.weights is None and callable(mix.stages):
+        object.__setattr__(mix, "weights", check_weights("stages(0)", mix.stages(0)))
+    if mix.weights is None:
+        raise ValueError("stages=((step, weights), ...) go with weights=... (before the first)")
+    object.__setattr__(mix, "stages", check_stages(mix.stages, len(tuple(mix.weights))))
 
 
 @dataclass(frozen=True, slots=True)

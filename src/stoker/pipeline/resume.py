@@ -14,10 +14,11 @@ from stoker.pipeline.order import EpochOrder, Segment, consumed
 from stoker.pipeline.plan import DropLast, drops_ranks, rank_batches
 
 #: The keys of a Loader's state (:meth:`stoker.Loader.state_dict`); older states may lack
-#: the last two (``skipped``: the epoch's samples skipped so far, see ``DecodeConfig``).
-STATE_KEYS = ("epoch", "batches", "batch_size", "seed", "world_size", "segments", "skipped")
+#: ``segments`` and ``skipped`` (the epoch's samples skipped so far, see ``DecodeConfig``),
+#: and only a mix's has ``mix`` (each source's place, :mod:`stoker.pipeline.mix_resume`).
+STATE_KEYS = ("epoch", "batches", "batch_size", "seed", "world_size", "segments", "skipped", "mix")
 #: The keys every state has.
-_REQUIRED_KEYS = STATE_KEYS[:-2]
+_REQUIRED_KEYS = STATE_KEYS[:-3]
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +104,8 @@ def _read_state(state: object) -> tuple[dict[str, int], list[Segment]]:
     }
     if "skipped" in state:
         check_int("state['skipped']", state["skipped"], minimum=0)
+    if state.get("mix") is not None and not isinstance(state["mix"], Mapping):
+        raise TypeError(f"state['mix'] must be a mapping, got {shown(state['mix'])}")
     raw = state.get("segments", [])
     if not isinstance(raw, list | tuple):
         raise TypeError(f"state['segments'] must be a list of pairs, got {shown(raw)}")
