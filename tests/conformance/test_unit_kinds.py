@@ -1,6 +1,6 @@
 """One conformance suite for every kind of unit (issue 33): packed images, an unpacked
-folder, records (captions, JSON, npy), windows, a mix, Parquet read in place, tokens and
-tokens with documents.
+folder, records (captions, JSON, npy), windows, a mix, Parquet read in place, tokens,
+tokens with documents, and video clips.
 
 Each property is one test body parametrized over ``KINDS``: the order is seeded and
 repeats; two ranks cover every unit once with equal batches; a resume mid-epoch equals the
@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from stoker import MixConfig, SourceConfig, TokenConfig
+from stoker import MixConfig, SourceConfig, TokenConfig, VideoConfig
 from stoker.format.token_writer import write_token_dataset
 from stoker.pack.indexer import index_webdataset
 from stoker.pack.packer import PackConfig, pack
@@ -137,6 +137,18 @@ def _documents(root: Path) -> Kind:
     return Kind(SourceConfig(_token_dataset(root), tokens=tokens))
 
 
+def _clips(root: Path) -> Kind:
+    from stoker.testing.videos import make_video
+
+    for n in range(5):
+        path = root / "videos" / f"c{n % 2}" / f"v{n}.mp4"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(make_video(frames=16 + 3 * n, width=32, height=24, gop=6, photo=n))
+    pack(root / "videos", root / "ds", config=PackConfig(samples_per_shard=2))
+    source = SourceConfig(str(root / "ds"), video=VideoConfig(frames=3, step=4))
+    return Kind(source, {"transform": CenterCrop(16)})
+
+
 KINDS: dict[str, Callable[[Path], Kind]] = {
     "packed": _packed,
     "folder": _folder,
@@ -146,6 +158,7 @@ KINDS: dict[str, Callable[[Path], Kind]] = {
     "parquet": _parquet,
     "tokens": _tokens,
     "documents": _documents,
+    "clips": _clips,
 }
 
 
