@@ -53,14 +53,17 @@ def _write(
     return frames
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def videos(
-    s3_bucket: Any, tmp_path: Path
+    s3_server: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[str, dict[str, Any], dict[str, list[np.ndarray]]]:
-    """The five videos packed into a bucket; every frame of each, by key."""
-    frames = _write(tmp_path / "in", VIDEOS)
-    url, options = f"{s3_bucket.url}/clips", s3_bucket.options()
-    stoker.pack(tmp_path / "in", url, storage_options=options)
+    """The five videos packed into a bucket once for the module (the tests only read
+    them); every frame of each, by key."""
+    root = tmp_path_factory.mktemp("videos")
+    frames = _write(root / "in", VIDEOS)
+    s3_server.create_bucket("video-clips")
+    url, options = "s3://video-clips/clips", s3_server.storage_options()
+    stoker.pack(root / "in", url, storage_options=options)
     return url, options, frames
 
 
