@@ -18,7 +18,6 @@ CLIP_FRAMES = 16
 
 if TYPE_CHECKING:
     from stoker.format.reader import ShardDataset
-    from stoker.pipeline.clips import VideoConfig
     from stoker.pipeline.loader import Loader
 
 
@@ -102,13 +101,12 @@ def open_loader(
     """The Loader the command's options describe (``transform_kind`` None: no transform);
     over a dataset of videos, clips of :data:`CLIP_FRAMES` frames (a video shorter than
     that padded with its last frame)."""
-    from stoker.pipeline.config import CacheConfig, DecodeConfig, SourceConfig
+    from stoker.pipeline.config import CacheConfig, DecodeConfig
     from stoker.pipeline.loader import Loader
     from stoker.pipeline.order import OrderConfig
 
-    clips = _clips_of(ctx, url)
     return Loader(
-        url if clips is None else SourceConfig(url, video=clips),
+        _source_of(ctx, url),
         batch_size=batch_size,
         seed=seed,
         transform=_transform(transform_kind, size) if transform_kind else None,
@@ -120,10 +118,13 @@ def open_loader(
     )
 
 
-def _clips_of(ctx: click.Context, url: str | ShardDataset) -> VideoConfig | None:
-    """The clips a command reads of ``url``: None unless it is a dataset of videos."""
+def _source_of(ctx: click.Context, url: str | ShardDataset) -> Any:
+    """What the command's Loader reads of ``url``: its packed dataset, opened once here
+    (the Loader takes it as it is, with no second read of the index), as clips where it
+    holds videos; ``url`` itself where it has no index (Parquet, a folder of images)."""
     from stoker.format.reader import ShardDataset, open_dataset
     from stoker.pipeline.clips import VideoConfig
+    from stoker.pipeline.config import SourceConfig
 
     try:
         dataset = (
@@ -131,8 +132,8 @@ def _clips_of(ctx: click.Context, url: str | ShardDataset) -> VideoConfig | None
             if isinstance(url, ShardDataset)
             else open_dataset(url, storage_options=_storage(ctx))
         )
-    except FileNotFoundError:  # Parquet, a folder of images: no videos
-        return None
+    except FileNotFoundError:  # Parquet, a folder of images: the Loader finds out
+        return url
     if dataset.index.videos is None:
-        return None
-    return VideoConfig(frames=CLIP_FRAMES, short="pad")
+        return dataset
+    return SourceConfig(dataset, video=VideoConfig(frames=CLIP_FRAMES, short="pad"))
